@@ -1,0 +1,309 @@
+"""The domain of the allocation core: frozen values, no behaviour beyond small derived properties.
+
+Every layer (webhook, `check`, the simulator, the watch cache) builds these and hands them to the
+core; nothing here knows about Kubernetes objects, HTTP or files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+# ---------------------------------------------------------------------------------------------
+# Cluster: nodes, their GPUs and links, what is in use
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical device on a node."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    numa: int = 0
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A schedulable node as the core sees it.
+
+    `nvlink[i][j]` is the number of NVLink links between GPUs i and j (0 for none);
+    `pcie[i][j]` is the PCIe path level as `nvidia-smi topo -m` names it (X, PIX, PXB, PHB, NODE, SYS).
+    Both are square with one row per entry of `gpus`, in the same order.
+    """
+
+    name: str
+    gpus: tuple[Gpu, ...] = ()
+    nvlink: tuple[tuple[int, ...], ...] = ()
+    pcie: tuple[tuple[str, ...], ...] = ()
+    vendor: str = "nvidia"
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    # Where the GPU list came from: "inventory" (GPUInventory object), "annotation", "labels", "none".
+    inventory_source: str = "none"
+
+    @property
+    def clique(self) -> str | None:
+        """Multi-node NVLink domain (GPU Feature Discovery's `nvidia.com/gpu.clique`)."""
+        return self.labels.get("nvidia.com/gpu.clique")
+
+    @property
+    def gpu_model(self) -> str:
+        """The model of the node's GPUs ("" when it has none); nodes are homogeneous in practice."""
+        return self.gpus[0].model if self.gpus else ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """What is already committed on one GPU."""
+
+    memory_mib: int = 0
+    cores: int = 0  # percent of SMs, summed over the tasks sharing the card
+    tasks: int = 0
+    exclusive: bool = False  # a task holds the whole card
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """What is already committed on one node. `gpus` is parallel to `Node.gpus`."""
+
+    gpus: tuple[GpuUsage, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_tasks: int = 0  # running GPU pods on the node (the fewest-tasks policy reads this)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """One ResourceQuota's GPU keys (None: that key is not set)."""
+
+    name: str
+    gpus: int | None = None  # requests.nvidia.com/gpu
+    memory_mib: int | None = None  # limits.nvidia.com/gpumem, memory x GPUs
+    cores: int | None = None  # limits.nvidia.com/gpucores, percent x GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """GPU consumption of a namespace, in the units of the quota keys."""
+
+    gpus: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.gpus + other.gpus, self.memory_mib + other.memory_mib, self.cores + other.cores)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.gpus - other.gpus, self.memory_mib - other.memory_mib, self.cores - other.cores)
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def managed(self) -> bool:
+        return self.labels.get("gpu-admission.io/enabled") == "true"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the core knows about the cluster at one moment. Read-only by convention.
+
+    `usage` has an entry for every node in `nodes` (an all-zero NodeUsage when nothing runs there).
+    `namespace_usage` is what running pods and reservations already count against quotas.
+    """
+
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    usage: Mapping[str, NodeUsage] = field(default_factory=dict)
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    quotas: Mapping[str, tuple[QuotaLimits, ...]] = field(default_factory=dict)
+    namespace_usage: Mapping[str, Usage] = field(default_factory=dict)
+    # Derived structures (the placement index) memoised per snapshot; never part of equality.
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests: what a pod asks for
+# ---------------------------------------------------------------------------------------------
+
+
+class TopologyPreference(str, Enum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """The GPU part of one container's resources, as written (None: not given)."""
+
+    vendor: str
+    count: int
+    memory_mib: int | None = None
+    memory_pct: int | None = None
+    cores: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """One container or init container. `index` is its position in its list (for patch paths)."""
+
+    name: str
+    index: int
+    init: bool = False
+    gpu: GpuRequest | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    # Names of GPU resources this container carries in `resources` (limits and requests) that the
+    # mutation moves into the annotation (gpumem, gpumem-percentage, gpucores and vendor equivalents).
+    moved_resources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A rule the pod breaks before any cluster state is consulted (isolation bypass, malformed value).
+
+    `code` is 403 (policy) or 422 (invalid request); `rule` is a short stable identifier used as the
+    metrics reason (e.g. "isolation-env", "invalid-quantity").
+    """
+
+    rule: str
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod (or one pod of a workload template), reduced to what admission needs."""
+
+    namespace: str
+    name: str  # metadata.name, else generateName, else ""
+    containers: tuple[ContainerRequest, ...] = ()
+    uid: str = ""
+    vendor: str = ""  # "" when the pod asks for no known GPU resource
+    # Effective pod-level demand: GPUs on one node, per-GPU memory (MiB or % of the card) and cores.
+    gpus: int = 0
+    memory_mib: int | None = None
+    memory_pct: int | None = None
+    cores: int | None = None
+    cpu_milli: int = 0  # effective (init containers counted as Kubernetes does)
+    memory_mib_host: int = 0
+    models_include: tuple[str, ...] = ()  # nvidia.com/use-gputype, case-insensitive substrings
+    models_exclude: tuple[str, ...] = ()
+    uuids_include: tuple[str, ...] = ()
+    uuids_exclude: tuple[str, ...] = ()
+    placement: str | None = None  # gpu-admission.io/placement, or HAMi's node-scheduler-policy
+    gpu_placement: str | None = None  # HAMi's gpu-scheduler-policy (binpack/spread inside a node)
+    topology: TopologyPreference | None = None
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    is_gpu_pod: bool = False
+    violations: tuple[Violation, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def shared(self) -> bool:
+        """True when the pod asks for a slice of a card rather than whole cards."""
+        whole_memory = self.memory_mib is None and (self.memory_pct is None or self.memory_pct >= 100)
+        whole_cores = self.cores is None or self.cores >= 100
+        return not (whole_memory and whole_cores)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement and decisions
+# ---------------------------------------------------------------------------------------------
+
+
+class TopologyClass(str, Enum):
+    SINGLE = "single"  # one GPU: no inter-GPU traffic
+    NVLINK = "nvlink"  # every pair linked by NVLink
+    MIXED = "mixed"  # some pairs NVLink, some PCIe
+    PCIE = "pcie"  # no NVLink between any pair
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One way to host the pod now: a node, its GPUs, and how good that is."""
+
+    node: str
+    gpus: tuple[int, ...]  # GPU indices on the node
+    memory_mib: int  # per GPU, resolved against the card
+    cores: int  # per GPU, percent
+    topology: TopologyClass
+    loss: float  # expected communication loss, 0..1
+    score: float  # higher is better, comparable only within one placement call
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The answer of `placement.place()`.
+
+    `eligible`: nodes that could host the pod on an empty cluster (model, capacity, topology, taints
+    the pod cannot tolerate are not considered; that is the scheduler's job). `options`: nodes that can
+    host it now, best first, at most `limit` of them. `rejected` counts why other nodes fell out,
+    by reason ("model", "gpu-count", "memory", "uuid", "topology", "vendor", "cpu", "host-memory", ...).
+    """
+
+    eligible: tuple[str, ...]
+    options: tuple[Option, ...]
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Option | None:
+        return self.options[0] if self.options else None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the decision annotation records (`gpu-admission.io/allocation`)."""
+
+    node: str | None  # chosen node now (None when the cluster is full right now)
+    gpus: tuple[int, ...]
+    gpu_count: int
+    memory_mib: int  # per GPU
+    cores: int  # per GPU, percent
+    vendor: str
+    model: str
+    topology: TopologyClass
+    loss: float
+    policy: str
+    uuids: tuple[str, ...] = ()
+    version: int = 1
+
+    def usage(self) -> Usage:
+        """What this allocation counts against the namespace's quotas."""
+        return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The single result type of `admit.mutate()` and `admit.validate()`."""
+
+    allowed: bool
+    code: int = 200
+    message: str = ""
+    reason: str = "allowed"  # short stable identifier, used as the metrics label
+    warnings: tuple[str, ...] = ()
+    patch: tuple[Mapping[str, Any], ...] = ()  # JSONPatch operations (RFC 6902)
+    allocation: Allocation | None = None
+    managed: bool = True
+    gpu_pod: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import UserError
 
@@ -25,11 +25,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-admission", description="GPU admission controller for Kubernetes")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         sp = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:  # a missing optional part must not take the other commands down
+            sp.set_defaults(_run=_unavailable(name, err))
+            continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
     return parser
+
+
+def _unavailable(name: str, err: ImportError) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        raise UserError(f"the {name} command is unavailable in this installation: {err}", exit_code=3)
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,15 +1,36 @@
-"""Node and GPU choice. INTERFACE STUB: the signatures below are the contract other modules code against.
+"""Node and GPU choice: which nodes could ever host a GPU pod, and which host it best now.
 
 Policies: random, best-fit, dot-product, binpack, spread, fewest-tasks, fragmentation, custom scorers
-(registered by name in `PlacementContext.scorers`), and weighted combinations ({"binpack": 1, "fragmentation": 2}).
+(registered by name in `PlacementContext.scorers`), and weighted combinations ({"binpack": 1,
+"fragmentation": 2}).
+Work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on a
+thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU set first (topology).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Mapping
+import heapq
+import random
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
-from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
+from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from .nodeindex import NodeClass, NodeIndex, Shape, State
+from .topology import expected_loss
+
+__all__ = [
+    "DEFAULT_LOSS",
+    "POLICIES",
+    "NodeIndex",
+    "PlacementContext",
+    "Scorer",
+    "WorkloadShape",
+    "commit",
+    "index_of",
+    "place",
+]
 
 # A custom scorer: (request, node, node usage, candidate option) -> score, higher is better.
 Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
@@ -20,6 +41,10 @@ DEFAULT_LOSS: Mapping[TopologyClass, float] = {
     TopologyClass.MIXED: 0.20,
     TopologyClass.PCIE: 0.375,
 }
+
+_ELIGIBLE_MEMO = 256
+
+POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 
 
 @dataclass(frozen=True)
@@ -47,37 +72,386 @@ class PlacementContext:
     seed: int = 0  # for the random policy
 
 
-class NodeIndex:
-    """Nodes grouped so that placement is sublinear in cluster size.
-
-    `build` once from a snapshot; `updated` returns a new index sharing structure (copy-on-write,
-    for the webhook's snapshots); `apply` changes this index in place (for the simulator).
-    """
-
-    @classmethod
-    def build(cls, nodes: Mapping[str, Node], usage: Mapping[str, NodeUsage]) -> NodeIndex:
-        raise NotImplementedError
-
-    def updated(self, changes: Mapping[str, NodeUsage]) -> NodeIndex:
-        raise NotImplementedError
-
-    def apply(self, node: str, usage: NodeUsage) -> None:
-        raise NotImplementedError
-
-    def usage(self, node: str) -> NodeUsage:
-        raise NotImplementedError
-
-
 def index_of(snapshot: Snapshot) -> NodeIndex:
     """The snapshot's index (built and cached on first use)."""
-    raise NotImplementedError
+    found = snapshot.cache.get("index")
+    if isinstance(found, NodeIndex):
+        return found
+    index = NodeIndex.build(snapshot.nodes, snapshot.usage)
+    snapshot.cache["index"] = index
+    return index
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """One class of equivalent nodes that can host the pod now, with the GPUs it would get."""
+
+    state: State
+    names: tuple[str, ...]
+    choice: Choice
+    fit: Fit
+    loss: float = 0.0
+    score: float = 0.0
+
+
+def _uuid_masks(index: NodeIndex, demand: Demand) -> tuple[dict[str, int] | None, dict[str, int]]:
+    """Per node, the GPUs the pod's UUID lists allow (include: only listed nodes) and forbid."""
+    include: dict[str, int] | None = None
+    if demand.uuids_include:
+        include = {}
+        for uuid in demand.uuids_include:
+            where = index.statics.uuid_node.get(uuid)
+            if where is not None:
+                include[where[0]] = include.get(where[0], 0) | 1 << where[1]
+    exclude: dict[str, int] = {}
+    for uuid in demand.uuids_exclude:
+        where = index.statics.uuid_node.get(uuid)
+        if where is not None:
+            exclude[where[0]] = exclude.get(where[0], 0) | 1 << where[1]
+    return include, exclude
+
+
+def _split(node_class: NodeClass, special: Mapping[str, int]) -> tuple[tuple[str, ...], list[str]]:
+    """The class's names without the UUID-restricted nodes, and those nodes."""
+    if not special:
+        return node_class.names, []
+    odd = [n for n in node_class.names if n in special]
+    if not odd:
+        return node_class.names, []
+    return tuple(n for n in node_class.names if n not in special), odd
+
+
+def _candidates(
+    index: NodeIndex,
+    demand: Demand,
+    ctx: PlacementContext,
+    rejected: dict[str, int],
+    eligible: list[str] | None,
+) -> list[_Candidate]:
+    """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked."""
+    include, exclude = _uuid_masks(index, demand)
+    out: list[_Candidate] = []
+
+    def reject(reason: str, count: int) -> None:
+        if count:
+            rejected[reason] = rejected.get(reason, 0) + count
+
+    for shape in index.statics.shapes:
+        verdict = static_verdict(shape, demand)
+        if isinstance(verdict, str):
+            reject(verdict, len(shape.names))
+            continue
+        if include is not None:
+            _restricted(index, shape, verdict, demand, ctx, include, True, out, reject, eligible)
+            continue
+        special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape}
+        if special:
+            _restricted(index, shape, verdict, demand, ctx, special, False, out, reject, eligible)
+            if eligible is not None:
+                eligible.extend(n for n in shape.names if n not in special)
+        elif eligible is not None:
+            eligible.extend(shape.names)
+        minimum = demand.count if demand.exclusive else 0
+        reject("busy", sum(len(c.names) - len(_split(c, special)[1]) for c in _below(index, shape, minimum)))
+        for node_class in index.classes(shape, minimum):
+            names, _ = _split(node_class, special)
+            if not names:
+                continue
+            choice = choose_gpus(node_class.state, verdict, verdict.allowed, demand, ctx.gpu_policy)
+            if isinstance(choice, str):
+                reject(choice, len(names))
+            else:
+                out.append(_Candidate(node_class.state, names, choice, verdict))
+    return out
+
+
+def _below(index: NodeIndex, shape: Shape, minimum: int) -> Iterator[NodeClass]:
+    for idle in range(min(minimum, len(shape.template.gpus) + 1)):
+        yield from index.bucket(shape, idle)
+
+
+def _restricted(
+    index: NodeIndex,
+    shape: Shape,
+    fit: Fit,
+    demand: Demand,
+    ctx: PlacementContext,
+    masks: Mapping[str, int],
+    only: bool,
+    out: list[_Candidate],
+    reject: Callable[[str, int], None],
+    eligible: list[str] | None,
+) -> None:
+    """Nodes whose GPUs the pod names by UUID, one at a time (there are few)."""
+    for name in sorted(masks):
+        if index.statics.shape_of[name] is not shape:
+            continue
+        allowed = fit.allowed & masks[name] if only else fit.allowed & ~masks[name]
+        if allowed.bit_count() < demand.count:
+            reject("uuid", 1)
+            continue
+        if eligible is not None:
+            eligible.append(name)
+        state = shape.state(index.usage(name))
+        choice = choose_gpus(state, fit, allowed, demand, ctx.gpu_policy)
+        if isinstance(choice, str):
+            reject(choice, 1)
+        else:
+            out.append(_Candidate(state, (name,), choice, fit))
+    if only:
+        reject("uuid", len(shape.names) - sum(1 for n in masks if index.statics.shape_of[n] is shape))
+
+
+# -- scoring ------------------------------------------------------------------------------------
+
+
+def _score_all(cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext) -> None:
+    weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
+    if len(weights) == 1:
+        ((name, weight),) = weights.items()
+        scores = _policy_scores(name, cands, request, demand, ctx)
+        for cand, value in zip(cands, scores, strict=True):
+            cand.score = weight * value
+        return
+    totals = [0.0] * len(cands)
+    for name, weight in sorted(weights.items()):
+        scores = _policy_scores(name, cands, request, demand, ctx)
+        low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
+        span = high - low
+        for i, value in enumerate(scores):
+            totals[i] += weight * ((value - low) / span if span > 0 else 0.0)
+    for cand, total in zip(cands, totals, strict=True):
+        cand.score = total
+
+
+def _policy_scores(
+    name: str, cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+) -> list[float]:
+    if name in ctx.scorers:
+        scorer = ctx.scorers[name]
+        return [
+            scorer(request, c.state.shape.template, c.state.usage, _option(c, c.names[0], ctx)) for c in cands
+        ]
+    if name == "fragmentation":
+        return _fragmentation_scores(cands, request, demand, ctx)
+    if name == "random":
+        rng = random.Random(ctx.seed)
+        return [rng.random() for _ in cands]
+    if name not in _SCORES:
+        raise ValueError(f"unknown placement policy {name!r}")
+    score = _SCORES[name]
+    return [score(c.state, c.choice, demand) for c in cands]
+
+
+def _healthy(state: State) -> int:
+    return max(1, state.shape.healthy.bit_count())
+
+
+def _binpack(state: State, choice: Choice, demand: Demand) -> float:
+    return state.used_units / _healthy(state)
+
+
+def _spread(state: State, choice: Choice, demand: Demand) -> float:
+    return -state.used_units / _healthy(state)
+
+
+def _fewest_tasks(state: State, choice: Choice, demand: Demand) -> float:
+    return -state.usage.gpu_tasks + 0.5 * (1 - state.used_units / _healthy(state))
+
+
+def _taken(state: State, choice: Choice, demand: Demand) -> float:
+    """GPU units the pod takes on this node."""
+    if demand.exclusive:
+        return float(len(choice.gpus))
+    gpus = state.shape.template.gpus
+    return sum(
+        max(choice.memory / gpus[i].memory_mib if gpus[i].memory_mib else 0.0, choice.cores / 100)
+        for i in choice.gpus
+    )
+
+
+def _best_fit(state: State, choice: Choice, demand: Demand) -> float:
+    """Least remaining CPU and GPU after placement, each scaled by the node's capacity (FGD's best-fit)."""
+    node = state.shape.template
+    gpu_left = (_healthy(state) - state.used_units - _taken(state, choice, demand)) / _healthy(state)
+    cpu_left = (state.free_cpu - demand.cpu) / node.cpu_milli if node.cpu_milli > 0 else 0.0
+    return -(0.5 * gpu_left + 0.5 * cpu_left)
+
+
+def _dot_product(state: State, choice: Choice, demand: Demand) -> float:
+    """Tetris alignment of request and free capacity; as FGD's baseline, the smaller product wins."""
+    node = state.shape.template
+    healthy = _healthy(state)
+    gpu = (healthy - state.used_units) / healthy * _taken(state, choice, demand) / healthy
+    cpu = state.free_cpu * demand.cpu / node.cpu_milli**2 if node.cpu_milli > 0 else 0.0
+    return -(gpu + cpu) / 2
+
+
+_SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
+    "binpack": _binpack,
+    "spread": _spread,
+    "fewest-tasks": _fewest_tasks,
+    "best-fit": _best_fit,
+    "dot-product": _dot_product,
+}
+
+
+def _fragmentation_scores(
+    cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+) -> list[float]:
+    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node."""
+    from .fragmentation import default_mix, fragmentation_delta
+
+    mix = ctx.workload_mix or default_mix()
+    scores = []
+    for cand in cands:
+        node = cand.state.shape.template
+        before = cand.state.usage
+        alternatives = [cand.choice]
+        if not demand.exclusive and demand.count == 1:
+            alternatives = list(cand.choice.alternatives) or alternatives
+        best: tuple[float, Choice] | None = None
+        for choice in alternatives:
+            after = _after(before, choice, demand, node)
+            delta = fragmentation_delta(node, before, after, mix)
+            if best is None or delta < best[0]:
+                best = (delta, choice)
+        assert best is not None
+        cand.choice = best[1]
+        scores.append(-best[0])
+    return scores
+
+
+# -- the decision -------------------------------------------------------------------------------
 
 
 def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Placement:
     """Eligible nodes, and the best options now, for a GPU pod."""
-    raise NotImplementedError
+    if request.gpus <= 0:
+        return Placement(eligible=(), options=(), rejected={})
+    demand = demand_of(request)
+    rejected: dict[str, int] = {}
+    # Eligibility depends on nothing that changes between index versions: computed once per demand.
+    memo = index.statics.eligible
+    key = (demand.key, demand.uuids_include, demand.uuids_exclude)
+    eligible = memo.get(key)
+    collected: list[str] | None = [] if eligible is None else None
+    cands = _candidates(index, demand, ctx, rejected, collected)
+    if eligible is None:
+        assert collected is not None
+        if len(memo) >= _ELIGIBLE_MEMO:
+            memo.clear()
+        eligible = memo[key] = tuple(sorted(collected))
+    topology_first = demand.count > 1 and demand.topology_aware
+    for cand in cands:
+        cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
+    if ctx.policy == "random":
+        options = _random_options(cands, topology_first, ctx)
+    else:
+        _score_all(cands, request, demand, ctx)
+        options = _best_options(cands, topology_first, ctx)
+    return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
+
+
+def _best_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
+    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
+
+    def key(c: _Candidate) -> tuple[float, float]:
+        return (c.loss if topology_first else 0.0, -c.score)
+
+    ordered = sorted(cands, key=lambda c: (key(c), c.names[0]))
+    options: list[Option] = []
+    i = 0
+    while i < len(ordered) and len(options) < ctx.limit:
+        j = i + 1
+        while j < len(ordered) and key(ordered[j]) == key(ordered[i]):
+            j += 1
+        merged = heapq.merge(*[((n, k) for n in ordered[k].names) for k in range(i, j)])
+        for name, k in merged:
+            if len(options) >= ctx.limit:
+                break
+            options.append(_option(ordered[k], name, ctx))
+        i = j
+    return options
+
+
+def _random_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
+    """Nodes drawn uniformly (seeded), the lowest-loss group first for multi-GPU pods."""
+    rng = random.Random(ctx.seed)
+    groups: dict[float, list[_Candidate]] = {}
+    for cand in sorted(cands, key=lambda c: c.names[0]):
+        groups.setdefault(cand.loss if topology_first else 0.0, []).append(cand)
+    options: list[Option] = []
+    for loss in sorted(groups):
+        group = groups[loss]
+        bounds: list[int] = []
+        total = 0
+        for cand in group:
+            total += len(cand.names)
+            bounds.append(total)
+        for drawn in rng.sample(range(total), min(total, ctx.limit - len(options))):
+            k = bisect_right(bounds, drawn)
+            start = bounds[k - 1] if k else 0
+            option = _option(group[k], group[k].names[drawn - start], ctx)
+            options.append(replace(option, score=float(ctx.limit - len(options))))
+        if len(options) >= ctx.limit:
+            break
+    return options
+
+
+def _option(cand: _Candidate, name: str, ctx: PlacementContext) -> Option:
+    choice = cand.choice
+    return Option(
+        node=name,
+        gpus=choice.gpus,
+        memory_mib=choice.memory,
+        cores=choice.cores,
+        topology=choice.topology,
+        loss=expected_loss(choice.topology, ctx.topology_loss),
+        score=cand.score,
+    )
+
+
+def _after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:
+    gpus = list(usage.gpus)
+    for i in choice.gpus:
+        before = gpus[i]
+        whole = demand.exclusive or (choice.cores >= 100 and choice.memory >= node.gpus[i].memory_mib)
+        gpus[i] = GpuUsage(
+            memory_mib=before.memory_mib + choice.memory,
+            cores=before.cores + choice.cores,
+            tasks=before.tasks + 1,
+            exclusive=before.exclusive or whole,
+        )
+    return NodeUsage(
+        gpus=tuple(gpus),
+        cpu_milli=usage.cpu_milli + demand.cpu,
+        memory_mib=usage.memory_mib + demand.host_memory,
+        gpu_tasks=usage.gpu_tasks + 1,
+    )
 
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:
     """The node's usage after hosting `request` as `option` says."""
-    raise NotImplementedError
+    from .nodeindex import normalised
+
+    gpus = list(normalised(node, usage).gpus)
+    for i in option.gpus:
+        before = gpus[i]
+        whole = not request.shared or (option.cores >= 100 and option.memory_mib >= node.gpus[i].memory_mib)
+        gpus[i] = GpuUsage(
+            memory_mib=before.memory_mib + option.memory_mib,
+            cores=before.cores + option.cores,
+            tasks=before.tasks + 1,
+            exclusive=before.exclusive or whole,
+        )
+    return NodeUsage(
+        gpus=tuple(gpus),
+        cpu_milli=usage.cpu_milli + request.cpu_milli,
+        memory_mib=usage.memory_mib + request.memory_mib_host,
+        gpu_tasks=usage.gpu_tasks + 1,
+    )
+

@@ -1,0 +1,122 @@
+"""Shared helpers of the server tests: a small cluster, GPU copies of the review fixtures, a fake core."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from webhook.core.model import Decision
+from webhook.server.admission import AdmissionCore
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "admissionreview"
+if not FIXTURES.is_dir():  # CI lays shared/ beside the clone
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admissionreview"
+
+FIXTURE_FILES = (
+    "pod-create-kubectl-mutating-phase.appscope.json",
+    "pod-create-replicaset-controller-eks.connaisseur.json",
+    "pod-create-kubectl-validating-phase.request-only.kubewarden.json",
+    "pod-create-docs-example.kyverno-docs.json",
+)
+MANAGED_NAMESPACES = ("default", "foo", "test-connaisseur", "team-a")
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def fixture_review(name: str) -> dict[str, Any]:
+    """A fixture as a full AdmissionReview (the request-only one wrapped)."""
+    data = json.loads((FIXTURES / name).read_text())
+    if "request" not in data:
+        data = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": data}
+    return data
+
+
+def with_gpu(review: Mapping[str, Any], gpus: int = 1, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A copy whose first container asks for `gpus` nvidia.com/gpu (plus any `extra` limits)."""
+    result = copy.deepcopy(dict(review))
+    container = result["request"]["object"]["spec"]["containers"][0]
+    resources = container.setdefault("resources", {})
+    limits = resources.setdefault("limits", {})
+    limits["nvidia.com/gpu"] = str(gpus)
+    for key, value in (extra or {}).items():
+        limits[key] = value
+    return result
+
+
+def gpu_node(name: str, gpus: int = 8, model: str = H100, memory: int = 81559) -> dict[str, Any]:
+    inventory = {
+        "version": 1,
+        "gpus": [
+            {"index": i, "uuid": f"GPU-{name}-{i}", "model": model, "memoryMiB": memory, "numa": i // 4,
+             "healthy": True}
+            for i in range(gpus)
+        ],
+        "nvlink": [[0 if i == j else 18 for j in range(gpus)] for i in range(gpus)],
+        "pcie": [["X" if i == j else "NODE" for j in range(gpus)] for i in range(gpus)],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus)},
+                     "annotations": {"gpu-admission.io/inventory": json.dumps(inventory)}},
+        "status": {"allocatable": {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def cluster_objects(quota_gpus: int | None = None) -> list[dict[str, Any]]:
+    """Two 8-GPU H100 nodes; the fixture namespaces opted in; team-a with a GPU quota when given."""
+    objects: list[dict[str, Any]] = [gpu_node("gpu-a"), gpu_node("gpu-b")]
+    for ns in MANAGED_NAMESPACES:
+        objects.append({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": {"gpu-admission.io/enabled": "true"}}})
+    if quota_gpus is not None:
+        objects.append({"apiVersion": "v1", "kind": "ResourceQuota",
+                        "metadata": {"name": "gpus", "namespace": "team-a"},
+                        "spec": {"hard": {"requests.nvidia.com/gpu": str(quota_gpus)}}})
+    return objects
+
+
+def gpu_pod_review(namespace: str = "team-a", gpus: int = 1, uid: str = "r-1", pod_uid: str | None = None,
+                   name: str = "train", dry_run: bool | None = None) -> dict[str, Any]:
+    """A minimal pod CREATE review asking for `gpus` GPUs."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if pod_uid is not None:
+        metadata["uid"] = pod_uid
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace,
+        "operation": "CREATE",
+        "userInfo": {"username": "alice"},
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        },
+    }
+    if dry_run is not None:
+        request["dryRun"] = dry_run
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def fake_core(
+    mutate: Callable[..., Decision] | None = None,
+    validate: Callable[..., Decision] | None = None,
+    inventory: Callable[[Mapping[str, Any]], Decision] | None = None,
+) -> AdmissionCore:
+    """A core whose answers the test chooses; a pod is a GPU pod when it mentions nvidia.com/gpu."""
+
+    def allow(*_args: Any, **_kwargs: Any) -> Decision:
+        return Decision(allowed=True)
+
+    return AdmissionCore(
+        mutate=mutate or allow,
+        validate=validate or allow,
+        is_gpu_pod=lambda pod: "nvidia.com/gpu" in json.dumps(pod),
+        check_inventory_write=inventory or allow,
+    )

@@ -1,0 +1,54 @@
+"""Connecting to the API server: in-cluster service account, or a kubeconfig file and context."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from webhook.errors import UserError
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").exists()
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A kubernetes `ApiClient`: from `kubeconfig` (and `context`) when given, else the pod's service
+    account when running in a cluster, else `$KUBECONFIG` or `~/.kube/config` as kubectl does.
+
+    Raises UserError with one line naming the file or context that is wrong.
+    """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    if kubeconfig is None and context is None and in_cluster():
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as error:
+            raise UserError(f"in-cluster configuration: {error}") from None
+        return client.ApiClient(configuration)
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
+    if not Path(path).is_file():
+        where = "--kubeconfig" if kubeconfig else "kubeconfig"
+        raise UserError(f"{path}: {where} file not found (not running in a cluster either)")
+    try:
+        return config.new_client_from_config(config_file=path, context=context)
+    except ConfigException as error:
+        raise UserError(f"{path}: {error}") from None
+    except Exception as error:  # YAML errors, missing certificate files named by the kubeconfig
+        raise UserError(f"{path}: cannot load kubeconfig: {error}") from None
+
+
+def own_namespace(default: str = "gpu-admission") -> str:
+    """The namespace this webhook runs in (for its reservation ConfigMaps)."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    path = SERVICE_ACCOUNT / "namespace"
+    if path.exists():
+        return path.read_text().strip() or default
+    return default

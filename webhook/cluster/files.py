@@ -1,0 +1,68 @@
+"""Cluster state from files (`check --cluster`, a static webhook source) and the embedded demo cluster.
+
+Each object is checked as it is read, so a bad inventory or quota is reported with its file, document
+and field instead of surfacing later as a wrong decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from webhook.errors import UserError
+from webhook.manifests import Document, load_documents, parse_text
+
+from .translate import CLUSTER_KINDS, inventory_of, namespace_of, node_of, quotas_of
+
+DEMO_RESOURCE = "demo/cluster.yaml"
+
+
+def _check_inventory(obj: Mapping[str, Any]) -> object:
+    return inventory_of(obj.get("spec"))
+
+
+_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
+    "Node": node_of,
+    "GPUInventory": _check_inventory,
+    "Namespace": namespace_of,
+    "ResourceQuota": quotas_of,
+}
+
+
+def cluster_objects(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """The cluster kinds among `documents`, each checked; other kinds are dropped."""
+    objects: list[dict[str, Any]] = []
+    for doc in documents:
+        kind = doc.data.get("kind")
+        if kind not in CLUSTER_KINDS:
+            continue
+        check = _CHECKS.get(str(kind))
+        if check is not None:
+            try:
+                check(doc.data)
+            except ValueError as err:
+                message = str(err)
+                path, sep, detail = message.partition(": ")
+                if sep and " " not in path:
+                    raise doc.error(path, detail) from None
+                raise doc.error("", message) from None
+        objects.append(dict(doc.data))
+    return objects
+
+
+def load_cluster(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """Node, Namespace, ResourceQuota, Pod and GPUInventory objects from files or directories.
+
+    Raises UserError naming the file, document and field of the first object that is malformed.
+    """
+    return cluster_objects(load_documents(paths))
+
+
+def demo_objects() -> list[dict[str, Any]]:
+    """The demo cluster shipped in the package (H100 NVSwitch, A100 NVLink pairs, L4/T4, CPU-only nodes)."""
+    try:
+        text = resources.files("webhook").joinpath(DEMO_RESOURCE).read_text(encoding="utf-8")
+    except OSError as err:  # a broken installation, not a user mistake
+        raise UserError(f"the demo cluster is missing from the installed package: {err}") from None
+    return cluster_objects(parse_text(text, "webhook/" + DEMO_RESOURCE))

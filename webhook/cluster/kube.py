@@ -1,0 +1,105 @@
+"""The kubernetes-client boundary: list and watch the five kinds as raw JSON dicts.
+
+Responses are read with `_preload_content=False` and decoded with `json` ourselves: no generated model
+objects are built (they cost far more memory and time than the dicts), and the watch loop sees exactly
+the bytes the API server sent, the same shape as the recorded streams in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+INVENTORY_GROUP = "gpu-admission.io"
+INVENTORY_VERSION = "v1alpha1"
+INVENTORY_PLURAL = "gpuinventories"
+
+# kind (plural, lower case) -> (apiVersion, Kind) that the items of a list lack and we add back
+KINDS: Mapping[str, tuple[str, str]] = {
+    "nodes": ("v1", "Node"),
+    "pods": ("v1", "Pod"),
+    "namespaces": ("v1", "Namespace"),
+    "resourcequotas": ("v1", "ResourceQuota"),
+    INVENTORY_PLURAL: (f"{INVENTORY_GROUP}/{INVENTORY_VERSION}", "GPUInventory"),
+}
+PAGE_SIZE = 500
+
+
+class KubeLister:
+    """list_fn / stream_fn over a kubernetes `ApiClient` (see `watch.Reflector`)."""
+
+    def __init__(self, api_client: Any, *, page_size: int = PAGE_SIZE, request_timeout: float = 30.0) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.page_size = page_size
+        self.request_timeout = request_timeout
+
+    def _call(self, kind: str) -> Callable[..., Any]:
+        if kind == "nodes":
+            return self.core.list_node
+        if kind == "pods":
+            return self.core.list_pod_for_all_namespaces
+        if kind == "namespaces":
+            return self.core.list_namespace
+        if kind == "resourcequotas":
+            return self.core.list_resource_quota_for_all_namespaces
+        if kind == INVENTORY_PLURAL:
+
+            def list_inventories(**kwargs: Any) -> Any:
+                return self.custom.list_cluster_custom_object(INVENTORY_GROUP, INVENTORY_VERSION, INVENTORY_PLURAL, **kwargs)
+
+            return list_inventories
+        raise ValueError(f"unknown kind {kind!r}")
+
+    def list_pages(self, kind: str) -> Iterator[Mapping[str, Any]]:
+        """The list, page by page (a consistent snapshot: every page shares the first page's version)."""
+        call = self._call(kind)
+        api_version, kind_name = KINDS[kind]
+        token = ""
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False,
+                                      "_request_timeout": self.request_timeout}
+            if token:
+                kwargs["_continue"] = token
+            response = call(**kwargs)
+            page = json.loads(response.data)
+            for item in page.get("items") or ():
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind_name)
+            yield page
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def stream(self, kind: str, resource_version: str, timeout: int) -> Iterator[Mapping[str, Any]]:
+        """Watch events from `resource_version`, with bookmarks, until the server ends the stream."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        call = self._call(kind)
+        response = call(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+            _preload_content=False,
+            _request_timeout=(self.request_timeout, timeout + 30),
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if line:
+                    yield json.loads(line)
+        finally:
+            response.release_conn()
+
+
+def list_all(api_client: Any) -> list[dict[str, Any]]:
+    """Every object of the five kinds, as the API server returns them (for `snapshot` and `check`)."""
+    lister = KubeLister(api_client)
+    objects: list[dict[str, Any]] = []
+    for kind in KINDS:
+        for page in lister.list_pages(kind):
+            objects.extend(page.get("items") or ())
+    return objects

@@ -1,0 +1,268 @@
+"""The reservation ledger: admitted GPU pods counted before the watch shows them.
+
+A reservation is keyed by the pod UID the validating webhook sees. It stops counting as soon as the
+watch cache has seen that pod (the cache counts it from then on, or it is gone), and expires after a
+TTL when the pod never appears (another webhook refused it). Two stores keep the entries:
+`InProcessStore` (one replica) and `ApiStore`, one ConfigMap per namespace written with resourceVersion
+preconditions, so replicas never both take the last of a quota.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from webhook.core.model import Allocation, Decision
+from webhook.core.record import allocation_from_json, allocation_to_json
+
+from .watch import status_code
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Entries = tuple["Reservation", ...]
+# entries of one namespace -> (entries to write, or None to write nothing; the caller's result)
+Change = Callable[[Entries], tuple[Entries | None, T]]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    uid: str
+    namespace: str
+    allocation: Allocation
+    expires_at: float  # clock seconds (time.time() in production)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uid": self.uid, "expiresAt": round(self.expires_at, 3), "allocation": allocation_to_json(self.allocation)}
+
+    @classmethod
+    def from_json(cls, namespace: str, data: Any) -> Reservation:
+        if not isinstance(data, dict) or not isinstance(data.get("uid"), str):
+            raise ValueError("reservation without a uid")
+        expires = data.get("expiresAt")
+        if not isinstance(expires, int | float):
+            raise ValueError(f"reservation {data['uid']}: expiresAt is not a number")
+        return cls(data["uid"], namespace, allocation_from_json(data.get("allocation")), float(expires))
+
+
+class ReservationStore(Protocol):
+    def transact(self, namespace: str, change: Change[T]) -> T:
+        """Run `change` on the namespace's entries and write its result atomically (retrying as needed)."""
+        ...
+
+    def known(self) -> Entries:
+        """Every entry this process knows of, all namespaces, without calling anything remote."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Grows whenever `known()` may have changed (for caching views built from it)."""
+        ...
+
+
+class InProcessStore:
+    """Entries in this process's memory behind one lock: right for a single replica."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entries] = {}
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def transact(self, namespace: str, change: Change[T]) -> T:
+        with self._lock:
+            new, result = change(self._entries.get(namespace, ()))
+            if new is not None:
+                if new:
+                    self._entries[namespace] = new
+                else:
+                    self._entries.pop(namespace, None)
+                self._version += 1
+            return result
+
+    def known(self) -> Entries:
+        with self._lock:
+            return tuple(entry for entries in self._entries.values() for entry in entries)
+
+
+class ReservationConflict(Exception):
+    """The shared ledger object kept changing under us; the admission cannot be recorded."""
+
+
+@dataclass
+class _Stored:
+    resource_version: str | None  # None: the ConfigMap does not exist yet
+    entries: Entries
+
+
+class ApiStore:
+    """One ConfigMap per namespace in the webhook's own namespace, replaced with a resourceVersion
+    precondition; a 409 Conflict means another replica wrote first, so we re-read and decide again.
+
+    `api` is a kubernetes `CoreV1Api` (or anything with its three ConfigMap methods).
+    """
+
+    DATA_KEY = "reservations"
+
+    def __init__(self, api: Any, namespace: str, *, prefix: str = "gpu-admission-ledger-", max_attempts: int = 50) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.prefix = prefix
+        self.max_attempts = max_attempts
+        self.conflicts = 0  # 409s seen, for metrics and tests
+        self._stored: dict[str, _Stored] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def name_of(self, namespace: str) -> str:
+        return f"{self.prefix}{namespace}"
+
+    def known(self) -> Entries:
+        with self._guard:
+            return tuple(entry for stored in self._stored.values() for entry in stored.entries)
+
+    def transact(self, namespace: str, change: Change[T]) -> T:
+        # Threads of this replica take turns per namespace; other replicas are held off by the precondition.
+        with self._guard:
+            lock = self._locks.setdefault(namespace, threading.Lock())
+        with lock:
+            stored = self._stored.get(namespace)
+            for _ in range(self.max_attempts):
+                if stored is None:
+                    stored = self._read(namespace)
+                new, result = change(stored.entries)
+                if new is None:
+                    return result
+                try:
+                    version = self._write(namespace, stored.resource_version, new)
+                except Exception as error:
+                    if status_code(error) != 409:
+                        raise
+                    self.conflicts += 1
+                    stored = None  # someone else wrote: read again and decide again
+                    continue
+                self._remember(namespace, _Stored(version, new))
+                return result
+        raise ReservationConflict(f"the reservation ledger of namespace {namespace} kept changing ({self.max_attempts} tries)")
+
+    def _remember(self, namespace: str, stored: _Stored) -> None:
+        with self._guard:
+            self._stored[namespace] = stored
+            self._version += 1
+
+    def _read(self, namespace: str) -> _Stored:
+        try:
+            obj = self.api.read_namespaced_config_map(self.name_of(namespace), self.namespace)
+        except Exception as error:
+            if status_code(error) == 404:
+                stored = _Stored(None, ())
+                self._remember(namespace, stored)
+                return stored
+            raise
+        stored = _Stored(obj.metadata.resource_version, self._decode(namespace, obj.data or {}))
+        self._remember(namespace, stored)
+        return stored
+
+    def _decode(self, namespace: str, data: dict[str, str]) -> Entries:
+        try:
+            raw = json.loads(data.get(self.DATA_KEY) or "[]")
+            return tuple(Reservation.from_json(namespace, item) for item in raw)
+        except ValueError as error:  # a hand-edited object: start over rather than stop admitting
+            log.error("ledger %s/%s is unreadable (%s); treating it as empty", self.namespace, self.name_of(namespace), error)
+            return ()
+
+    def _write(self, namespace: str, resource_version: str | None, entries: Entries) -> str:
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name_of(namespace),
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "gpu-admission", "gpu-admission.io/ledger": "true"},
+                "annotations": {"gpu-admission.io/ledger-namespace": namespace},
+            },
+            "data": {self.DATA_KEY: json.dumps([e.to_json() for e in entries], separators=(",", ":"))},
+        }
+        if resource_version is None:
+            created = self.api.create_namespaced_config_map(self.namespace, body)
+            return str(created.metadata.resource_version)
+        body["metadata"]["resourceVersion"] = resource_version
+        replaced = self.api.replace_namespaced_config_map(self.name_of(namespace), self.namespace, body)
+        return str(replaced.metadata.resource_version)
+
+
+class Ledger:
+    """Records admitted pods in a store and says which reservations still count.
+
+    `prunable(uid)` tells whether an entry can be dropped from the store for good because the pod was
+    seen by the watch (long enough ago that every replica's cache has it too).
+    """
+
+    def __init__(
+        self,
+        store: ReservationStore | None = None,
+        *,
+        ttl_seconds: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store: ReservationStore = store or InProcessStore()
+        self.ttl_seconds = ttl_seconds
+        self.clock = clock
+
+    def active(self) -> Entries:
+        """Unexpired entries this process knows of (every namespace)."""
+        now = self.clock()
+        return tuple(e for e in self.store.known() if e.expires_at > now)
+
+    def commit(
+        self,
+        uid: str,
+        namespace: str,
+        decide: Callable[[Entries], Decision],
+        dry_run: bool,
+        *,
+        prunable: Callable[[str], bool] = lambda uid: False,
+    ) -> Decision:
+        """Decide with the namespace's other unexpired entries and, when allowed, record the pod.
+
+        `decide` gets the entries (without this pod's own, so a retried call is not counted twice) and
+        may be called again when another replica wrote first.
+        """
+
+        def change(entries: Entries) -> tuple[Entries | None, Decision]:
+            now = self.clock()
+            kept = tuple(e for e in entries if e.expires_at > now and not prunable(e.uid))
+            others = tuple(e for e in kept if e.uid != uid)
+            decision = decide(others)
+            if dry_run or not uid or not decision.allowed or decision.allocation is None:
+                return None, decision
+            mine = Reservation(uid, namespace, decision.allocation, now + self.ttl_seconds)
+            return others + (mine,), decision
+
+        return self.store.transact(namespace, change)
+
+    def prune(self, prunable: Callable[[str], bool] = lambda uid: False) -> int:
+        """Drop expired and prunable entries from the store; returns how many went."""
+        dropped = 0
+        for namespace in sorted({e.namespace for e in self.store.known()}):
+
+            def change(entries: Entries) -> tuple[Entries | None, int]:
+                now = self.clock()
+                kept = tuple(e for e in entries if e.expires_at > now and not prunable(e.uid))
+                return (kept if len(kept) != len(entries) else None), len(entries) - len(kept)
+
+            dropped += self.store.transact(namespace, change)
+        return dropped

@@ -1,0 +1,179 @@
+"""The live snapshot source: the watch cache plus the reservation ledger, as the server sees them.
+
+Every decision is made against the cache's picture with the reservations it does not count yet folded
+in; the ledger's store makes the decide-then-record step atomic (a lock in one process, a
+resourceVersion precondition across replicas).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
+from webhook.core.policy import Policy
+from webhook.core.state import add_to_node
+
+from .cache import ClusterCache
+from .reservations import Entries, Ledger, Reservation
+
+log = logging.getLogger(__name__)
+
+Decide = Callable[[Snapshot], Decision]
+
+
+def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -> Snapshot:
+    """`snapshot` counting every reservation: the same result as folding `state.with_allocation` over
+    them, with one copy of each mapping instead of one per reservation."""
+    entries = list(reservations)
+    if not entries:
+        return snapshot
+    ns_usage = dict(snapshot.namespace_usage)
+    changed: dict[str, NodeUsage] = {}
+    for entry in entries:
+        ns_usage[entry.namespace] = ns_usage.get(entry.namespace, Usage()) + entry.allocation.usage()
+        node = snapshot.nodes.get(entry.allocation.node or "")
+        if node is not None and entry.allocation.gpus:
+            before = changed.get(node.name) or snapshot.usage.get(node.name, NodeUsage())
+            changed[node.name] = add_to_node(node, before, entry.allocation)
+    cache: dict[str, Any] = {}
+    usage = snapshot.usage
+    index = snapshot.cache.get("index")
+    if changed:
+        usage = {**snapshot.usage, **changed}
+        if index is not None:
+            cache["index"] = index.updated(changed)
+    elif index is not None:
+        cache["index"] = index
+    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache=cache)
+
+
+class LiveSource:
+    """`SnapshotSource` over a `ClusterCache` and a `Ledger`.
+
+    `policy` is called for each admission (the policy file may be reloaded): its `stale_*` and
+    `on_stale` fields say how long a silent cache is trusted and what happens after.
+    `settle_seconds`: how long after the watch saw a pod its reservation may be deleted from the
+    store (0 for one replica; longer than any replica's watch lag for the shared store).
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        ledger: Ledger | None = None,
+        policy: Callable[[], Policy] = Policy,
+        *,
+        settle_seconds: float = 0.0,
+    ) -> None:
+        self.cache = cache
+        self.ledger = ledger or Ledger(clock=cache.clock)
+        self.policy = policy
+        self.settle_seconds = settle_seconds
+        self._view_lock = threading.Lock()
+        self._view: tuple[tuple[int, int], float, Snapshot] | None = None
+
+    # -- SnapshotSource -------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        base, generation = self.cache.view()
+        key = (generation, self.ledger.store.version)
+        now = self.ledger.clock()
+        view = self._view
+        if view is not None and view[0] == key and now < view[1]:
+            return view[2]
+        entries = [e for e in self.ledger.active() if not self.cache.counted(e.uid, generation)]
+        snapshot = with_reservations(base, entries)
+        valid_until = min((e.expires_at for e in entries), default=float("inf"))
+        with self._view_lock:
+            self._view = (key, valid_until, snapshot)
+        return snapshot
+
+    def ready(self) -> tuple[bool, str]:
+        policy = self.policy()
+        if not self.cache.synced():
+            return False, f"watch cache not synced yet (waiting for: {', '.join(self.cache.unsynced())})"
+        silent = self.cache.silence()
+        if silent > policy.stale_after_seconds:
+            return False, f"watch cache stale: no word from the API server for {silent:.0f}s"
+        counts = self.cache.counts()
+        return True, (f"watch cache synced: {counts['nodes']} nodes, {counts['pods']} GPU pods, "
+                      f"{len(self.ledger.active())} reservations")
+
+    def age_seconds(self) -> float:
+        return self.cache.silence()
+
+    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+        refusal = self._refusal(self.policy())
+        if refusal is not None:
+            return refusal
+
+        def decide_with(entries: Entries) -> Decision:
+            base, generation = self.cache.view()
+            pending = [e for e in entries if not self.cache.counted(e.uid, generation)]
+            others = [
+                e for e in self.ledger.active()
+                if e.namespace != namespace and e.uid != uid and not self.cache.counted(e.uid, generation)
+            ]
+            return decide(with_reservations(base, pending + others))
+
+        return self.ledger.commit(uid, namespace, decide_with, dry_run, prunable=self.prunable)
+
+    # -- upkeep ---------------------------------------------------------------------------------
+
+    def prunable(self, uid: str) -> bool:
+        """True when the watch saw this pod at least `settle_seconds` ago: its reservation is over."""
+        seen = self.cache.seen_at(uid)
+        return seen is not None and self.cache.clock() - seen >= self.settle_seconds
+
+    def prune(self) -> int:
+        """Delete finished reservations from the store (called periodically)."""
+        return self.ledger.prune(self.prunable)
+
+    def _refusal(self, policy: Policy) -> Decision | None:
+        if not self.cache.synced():
+            return Decision(False, 503, "GPU admission is starting: the cluster state is not loaded yet; retry shortly",
+                            reason="not-synced")
+        silent = self.cache.silence()
+        limit = policy.stale_after_seconds + policy.stale_grace_seconds
+        if silent > limit and policy.on_stale == "deny":
+            return Decision(False, 503, f"GPU admission cannot check quotas: no word from the API server for "
+                            f"{silent:.0f}s (limit {limit:.0f}s); retry later", reason="stale")
+        return None
+
+
+class Upkeep:
+    """Background threads: one reflector per kind, and a periodic prune of finished reservations."""
+
+    def __init__(self, source: LiveSource, reflectors: Iterable[Any], *, prune_every: float = 15.0) -> None:
+        self.source = source
+        self.reflectors = list(reflectors)
+        self.prune_every = prune_every
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            reflector.stop = self.stop
+            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.kind}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        pruner = threading.Thread(target=self._prune_loop, name="reservation-prune", daemon=True)
+        pruner.start()
+        self.threads.append(pruner)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _prune_loop(self) -> None:
+        while not self.stop.wait(self.prune_every):
+            try:
+                self.source.prune()
+            except Exception as error:  # an API hiccup: the next round retries
+                log.warning("pruning reservations failed: %s", error)

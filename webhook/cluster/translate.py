@@ -1,0 +1,383 @@
+"""Kubernetes objects (plain dicts) -> the core's model: nodes, quotas, namespaces, running pods, snapshot.
+
+Pure and client-free, so `check --cluster FILE`, the demo cluster and the live watch cache build the
+very same Snapshot from the same objects. Errors are ValueError whose message starts with the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.core.inventory import inventory_from_json
+from webhook.core.model import Gpu, GpuUsage, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Taint, Usage
+from webhook.core.quantity import MIB, QuantityError, parse_quantity
+from webhook.core.record import allocation_from_json
+from webhook.core.resources import parse_pod
+from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
+
+CLUSTER_KINDS = frozenset({"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory"})
+INVENTORY_ANNOTATION = "gpu-admission.io/inventory"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
+QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
+    "gpus": ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu", "nvidia.com/gpu"),
+    "memory_mib": ("limits.nvidia.com/gpumem", "requests.nvidia.com/gpumem", "nvidia.com/gpumem"),
+    "cores": ("limits.nvidia.com/gpucores", "requests.nvidia.com/gpucores", "nvidia.com/gpucores"),
+}
+# Default model names for vendors whose nodes are known only by their allocatable resources.
+VENDOR_MODEL = {"cambricon": "MLU", "hygon": "DCU"}
+
+Inventory = tuple[tuple[Gpu, ...], tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]]
+
+
+def is_cluster_kind(obj: object) -> bool:
+    """True for the kinds a snapshot is built from; everything else in a cluster file is ignored."""
+    return isinstance(obj, Mapping) and obj.get("kind") in CLUSTER_KINDS
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    name = _map(obj.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("metadata.name: required")
+    return name
+
+
+def _whole(value: object, field: str) -> int:
+    """A non-negative whole quantity (GPU counts, MiB, percent)."""
+    try:
+        quantity = parse_quantity(value)
+    except QuantityError as err:
+        raise ValueError(f"{field}: {err}") from None
+    if quantity.denominator != 1 or quantity < 0:
+        raise ValueError(f"{field}: expected a whole number >= 0, got {value!r}")
+    return int(quantity)
+
+
+def _floor(value: object, field: str, scale: Fraction) -> int:
+    try:
+        return int(parse_quantity(value) * scale)
+    except QuantityError as err:
+        raise ValueError(f"{field}: {err}") from None
+
+
+def inventory_of(spec: object) -> Inventory:
+    """Check the inventory JSON (GPUInventory spec, or the Node annotation) and return its parts."""
+    return inventory_from_json(spec, "spec")
+
+
+def _pcie_unknown(size: int) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple("X" if i == j else "SYS" for j in range(size)) for i in range(size))
+
+
+def _no_links(size: int) -> tuple[tuple[int, ...], ...]:
+    return tuple((0,) * size for _ in range(size))
+
+
+def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str, Any]) -> tuple[Gpu, ...]:
+    """GPU Feature Discovery labels; unknown links are PCIe SYS and no NVLink."""
+    count: int | None = None
+    if "nvidia.com/gpu.count" in labels:
+        count = _whole(labels["nvidia.com/gpu.count"], "metadata.labels[nvidia.com/gpu.count]")
+    if "nvidia.com/gpu" in allocatable:
+        advertised = _whole(allocatable["nvidia.com/gpu"], "status.allocatable[nvidia.com/gpu]")
+        sharing = labels.get("nvidia.com/gpu.sharing-strategy", "none")
+        # Time-slicing and MPS advertise replicas, not cards; otherwise fewer means unhealthy cards.
+        if count is None:
+            count = advertised if sharing == "none" else count
+        elif sharing == "none":
+            count = min(count, advertised)
+    if not count:
+        return ()
+    product = labels.get("nvidia.com/gpu.product", "unknown").removesuffix("-SHARED")
+    memory = 0
+    if "nvidia.com/gpu.memory" in labels:
+        memory = _whole(labels["nvidia.com/gpu.memory"], "metadata.labels[nvidia.com/gpu.memory]")
+    return tuple(Gpu(i, f"{name}-gpu-{i}", product, memory) for i in range(count))
+
+
+def _other_vendor(name: str, allocatable: Mapping[str, Any]) -> tuple[str, tuple[Gpu, ...]]:
+    """Cambricon / Hygon nodes, known only by the vendor resources they advertise."""
+    for row in VENDORS:
+        if row.vendor == "nvidia":
+            continue
+        totals: dict[str, int] = {}
+        model = VENDOR_MODEL.get(row.vendor, row.vendor.upper())
+        for key, value in allocatable.items():
+            kind = classify_resource(key)
+            if kind is None or kind[0] != row.vendor or kind[1] == "device":
+                continue
+            totals[kind[1]] = totals.get(kind[1], 0) + _whole(value, f"status.allocatable[{key}]") * kind[2]
+            if "<model>" in (row.cores or "") and kind[1] in ("cores", "memory"):
+                model = key.split("/", 1)[1].split(".", 1)[0].upper()
+        cards = totals["cores"] // 100 if totals.get("cores") else totals.get("count", 0)
+        if cards:
+            memory = totals.get("memory", 0) // cards
+            return row.vendor, tuple(Gpu(i, f"{name}-{row.vendor}-{i}", model, memory) for i in range(cards))
+    return "", ()
+
+
+def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None = None) -> Node:
+    """A Node (and its GPUInventory when there is one) as the core sees it."""
+    name = _name(node_obj)
+    metadata, spec, status = (_map(node_obj.get(k)) for k in ("metadata", "spec", "status"))
+    labels = {str(k): str(v) for k, v in _map(metadata.get("labels")).items()}
+    annotations = _map(metadata.get("annotations"))
+    allocatable = _map(status.get("allocatable"))
+    taints = []
+    for i, taint in enumerate(spec.get("taints") or []):
+        if not isinstance(taint, Mapping) or not isinstance(taint.get("key"), str):
+            raise ValueError(f"spec.taints[{i}]: expected a mapping with a key")
+        taints.append(
+            Taint(taint["key"], str(taint.get("value") or ""), str(taint.get("effect") or "NoSchedule"))
+        )
+    vendor, source = "nvidia", "none"
+    gpus: tuple[Gpu, ...] = ()
+    nvlink: tuple[tuple[int, ...], ...] = ()
+    pcie: tuple[tuple[str, ...], ...] = ()
+    if inventory_obj is not None:
+        gpus, nvlink, pcie = inventory_of(inventory_obj.get("spec"))
+        source = "inventory"
+    elif INVENTORY_ANNOTATION in annotations:
+        field = f"metadata.annotations[{INVENTORY_ANNOTATION}]"
+        try:
+            document = json.loads(annotations[INVENTORY_ANNOTATION])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{field}: not valid JSON ({err})") from None
+        gpus, nvlink, pcie = inventory_from_json(document, field)
+        source = "annotation"
+    else:
+        gpus = _from_labels(name, labels, allocatable)
+        if not gpus:
+            vendor, gpus = _other_vendor(name, allocatable)
+            vendor = vendor or "nvidia"
+        if gpus:
+            source = "labels"
+            nvlink, pcie = _no_links(len(gpus)), _pcie_unknown(len(gpus))
+    return Node(
+        name=name,
+        gpus=gpus,
+        nvlink=nvlink,
+        pcie=pcie,
+        vendor=vendor,
+        cpu_milli=_floor(allocatable["cpu"], "status.allocatable.cpu", Fraction(1000))
+        if "cpu" in allocatable
+        else 0,
+        memory_mib=_floor(allocatable["memory"], "status.allocatable.memory", Fraction(1, MIB))
+        if "memory" in allocatable
+        else 0,
+        labels=labels,
+        taints=tuple(taints),
+        unschedulable=spec.get("unschedulable") is True,
+        inventory_source=source,
+    )
+
+
+def namespace_of(obj: Mapping[str, Any]) -> Namespace:
+    labels = _map(_map(obj.get("metadata")).get("labels"))
+    return Namespace(_name(obj), {str(k): str(v) for k, v in labels.items()})
+
+
+def quotas_of(obj: Mapping[str, Any]) -> QuotaLimits:
+    """A ResourceQuota's GPU keys; when several spellings of one key are set, the smallest applies."""
+    hard = _map(_map(obj.get("spec")).get("hard"))
+    values: dict[str, int | None] = {}
+    for field, keys in QUOTA_KEYS.items():
+        given = [_whole(hard[k], f"spec.hard[{k}]") for k in keys if k in hard]
+        values[field] = min(given) if given else None
+    return QuotaLimits(_name(obj), values["gpus"], values["memory_mib"], values["cores"])
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """What one running (or admitted, not yet finished) GPU pod holds.
+
+    `gpus`: GPU indices on `node` when the decision annotation recorded them, else None (the snapshot
+    assigns the node's least-used GPUs). `memory_mib`/`memory_pct` None: the whole card.
+    """
+
+    namespace: str
+    node: str | None
+    gpus: tuple[int, ...] | None
+    count: int
+    memory_mib: int | None
+    memory_pct: int | None
+    cores: int
+    cpu_milli: int
+    memory_mib_host: int
+    vendor: str = "nvidia"
+
+    @property
+    def exclusive(self) -> bool:
+        return self.memory_mib is None and self.memory_pct is None and self.cores >= 100
+
+    def memory_on(self, card_mib: int) -> int:
+        """Per-GPU memory on a card of `card_mib` MiB."""
+        if self.memory_mib is not None:
+            return self.memory_mib
+        if self.memory_pct is not None:
+            return card_mib * self.memory_pct // 100
+        return card_mib
+
+
+def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
+    """GPU usage of a pod from its decision annotation, else from its resources; None when it holds none."""
+    status, spec, metadata = (_map(pod.get(k)) for k in ("status", "spec", "metadata"))
+    if status.get("phase") in TERMINAL_PHASES:
+        return None
+    request = parse_pod(pod)
+    node_name = (
+        spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
+    )
+    raw = _map(metadata.get("annotations")).get(ALLOCATION)
+    if isinstance(raw, str):
+        try:
+            allocation = allocation_from_json(json.loads(raw))
+        except ValueError:
+            allocation = None
+        if allocation is not None and allocation.gpu_count > 0:
+            node = node_name or allocation.node
+            indices = (
+                allocation.gpus
+                if allocation.node == node and len(allocation.gpus) == allocation.gpu_count
+                else None
+            )
+            return PodUsage(
+                request.namespace,
+                node,
+                indices,
+                allocation.gpu_count,
+                allocation.memory_mib,
+                None,
+                allocation.cores,
+                request.cpu_milli,
+                request.memory_mib_host,
+                allocation.vendor or "nvidia",
+            )
+    if request.gpus <= 0:
+        return None
+    shared = request.memory_mib is not None or request.memory_pct is not None
+    cores = request.cores if request.cores is not None else (0 if shared else 100)
+    return PodUsage(
+        request.namespace,
+        node_name,
+        None,
+        request.gpus,
+        request.memory_mib,
+        request.memory_pct,
+        cores,
+        request.cpu_milli,
+        request.memory_mib_host,
+        request.vendor or "nvidia",
+    )
+
+
+def _host_only(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:
+    """(node, cpu, memory) of a pod that holds no GPU but still occupies its node."""
+    if _map(pod.get("status")).get("phase") in TERMINAL_PHASES:
+        return None, 0, 0
+    node = _map(pod.get("spec")).get("nodeName")
+    if not isinstance(node, str) or not node:
+        return None, 0, 0
+    request = parse_pod(pod)
+    return node, request.cpu_milli, request.memory_mib_host
+
+
+def _place(node: Node, gpus: list[GpuUsage], use: PodUsage) -> None:
+    """Add a pod's usage to a node's GPUs: the recorded ones, else the least used (deterministic)."""
+    positions = {gpu.index: p for p, gpu in enumerate(node.gpus)}
+    chosen = [positions[i] for i in use.gpus or () if i in positions]
+    if len(chosen) != use.count or len(set(chosen)) != len(chosen):
+        order = sorted(
+            range(len(gpus)),
+            key=lambda p: (gpus[p].exclusive, gpus[p].cores, gpus[p].memory_mib, gpus[p].tasks, p),
+        )
+        chosen = order[: use.count]
+    for p in chosen:
+        g, card = gpus[p], node.gpus[p].memory_mib
+        memory = use.memory_on(card)
+        whole = use.exclusive or (use.cores >= 100 and memory >= card)
+        gpus[p] = GpuUsage(g.memory_mib + memory, g.cores + use.cores, g.tasks + 1, g.exclusive or whole)
+
+
+def build_snapshot(
+    objects: Iterable[Mapping[str, Any]], on_error: Callable[[str], None] | None = None
+) -> Snapshot:
+    """The core's Snapshot from Node, GPUInventory, Namespace, ResourceQuota and Pod objects.
+
+    A malformed object raises ValueError ("Node n1: spec.taints[0]: ..."), or, when `on_error` is
+    given (the live watch cache), is reported there and skipped (a bad inventory falls back to labels).
+    """
+    by_kind: dict[str, list[Mapping[str, Any]]] = {kind: [] for kind in CLUSTER_KINDS}
+    for obj in objects:
+        if is_cluster_kind(obj):
+            by_kind[str(obj["kind"])].append(obj)
+
+    def guarded(kind: str, obj: Mapping[str, Any], build: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return build(obj, *args)
+        except ValueError as err:
+            name = _map(obj.get("metadata")).get("name", "?")
+            message = f"{kind} {name}: {err}"
+            if on_error is None:
+                raise ValueError(message) from None
+            on_error(message)
+            return None
+
+    inventories = {_map(o.get("metadata")).get("name"): o for o in by_kind["GPUInventory"]}
+    nodes: dict[str, Node] = {}
+    for obj in by_kind["Node"]:
+        name = _map(obj.get("metadata")).get("name")
+        inventory = inventories.get(name)
+        node = guarded("GPUInventory" if inventory else "Node", obj, node_of, inventory)
+        if node is None and inventory is not None:
+            node = guarded("Node", obj, node_of)
+        if node is not None:
+            nodes[node.name] = node
+    gpu_use: dict[str, list[GpuUsage]] = {n: [GpuUsage()] * len(node.gpus) for n, node in nodes.items()}
+    host: dict[str, list[int]] = {n: [0, 0, 0] for n in nodes}  # cpu, memory, GPU tasks
+    namespace_usage: dict[str, Usage] = {}
+    uses = [(pod_usage_of(p), p) for p in by_kind["Pod"]]
+    # Pods with recorded GPU indices first, so the least-used choice for the others sees them.
+    for use, pod in sorted(uses, key=lambda u: u[0] is None or u[0].gpus is None):
+        if use is None:
+            node_name, cpu, memory = _host_only(pod)
+            if node_name in host:
+                host[node_name][0] += cpu
+                host[node_name][1] += memory
+            continue
+        card = 0
+        if use.node in nodes:
+            node = nodes[use.node]
+            _place(node, gpu_use[use.node], use)
+            card = node.gpus[0].memory_mib if node.gpus else 0
+            host[use.node][0] += use.cpu_milli
+            host[use.node][1] += use.memory_mib_host
+            host[use.node][2] += 1
+        taken = Usage(use.count, use.memory_on(card) * use.count, use.cores * use.count)
+        namespace_usage[use.namespace] = namespace_usage.get(use.namespace, Usage()) + taken
+    quotas: dict[str, list[QuotaLimits]] = {}
+    for obj in by_kind["ResourceQuota"]:
+        quota = guarded("ResourceQuota", obj, quotas_of)
+        if quota is not None and (quota.gpus, quota.memory_mib, quota.cores) != (None, None, None):
+            namespace = str(_map(obj.get("metadata")).get("namespace") or "default")
+            quotas.setdefault(namespace, []).append(quota)
+    namespaces = {}
+    for obj in by_kind["Namespace"]:
+        namespace = guarded("Namespace", obj, namespace_of)
+        if namespace is not None:
+            namespaces[namespace.name] = namespace
+    return Snapshot(
+        nodes=nodes,
+        usage={n: NodeUsage(tuple(gpu_use[n]), host[n][0], host[n][1], host[n][2]) for n in nodes},
+        namespaces=namespaces,
+        quotas={ns: tuple(sorted(qs, key=lambda q: q.name)) for ns, qs in quotas.items()},
+        namespace_usage=namespace_usage,
+    )

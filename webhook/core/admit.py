@@ -1,0 +1,321 @@
+"""The entry points: `mutate()` plans a GPU pod's placement and limits, `validate()` commits to them.
+
+The webhook, `gpu-admission check` and the tests call exactly these two functions, so the offline
+answer is the online answer. Mutation plans; validation sees the final pod (after every mutating
+webhook) and re-checks quota against the recorded allocation, which the server then reserves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Any, Mapping
+
+from . import patch as patches
+from .limits import is_limit_env, limit_env
+from .model import (
+    Allocation,
+    Decision,
+    Node,
+    Option,
+    Placement,
+    PodRequest,
+    Snapshot,
+    TopologyClass,
+    TopologyPreference,
+)
+from .placement import PlacementContext, WorkloadShape, index_of, place
+from .policy import Policy
+from .quota import check_quota
+from .record import ANNOTATION, allocation_from_json
+from .resources import parse_pod
+from .rules import check_policy, check_satisfiable, model_allowed
+from .topology import largest_nvlink_clique
+
+COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
+DEFAULT_SCHEDULERS = ("", "default-scheduler")
+MAX_WARNING = 119
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _allow(reason: str, message: str = "", *, managed: bool = True, gpu_pod: bool = True,
+           warnings: tuple[str, ...] = ()) -> Decision:
+    return Decision(True, 200, message, reason, warnings, (), None, managed, gpu_pod)
+
+
+def _deny(code: int, reason: str, message: str, warnings: tuple[str, ...] = ()) -> Decision:
+    return Decision(False, code, message, reason, warnings, (), None, True, True)
+
+
+def _warn(text: str) -> str:
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+def is_managed(namespace: str, snapshot: Snapshot, policy: Policy) -> bool:
+    """Labelled namespaces (or every namespace but kube-system, in the policy's "all" mode)."""
+    if namespace == "kube-system":
+        return False
+    if policy.managed_namespaces == "all":
+        return True
+    ns = snapshot.namespaces.get(namespace)
+    return ns is not None and ns.managed
+
+
+def _recorded(pod: Mapping[str, Any]) -> Allocation | None | str:
+    """The allocation annotation: an Allocation, None when absent, or an error message."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    raw = annotations.get(ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return allocation_from_json(json.loads(raw) if isinstance(raw, str) else raw)
+    except (ValueError, TypeError) as err:
+        return f"annotation {ANNOTATION} is malformed ({err}): remove it and let the webhook write it"
+
+
+def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    """A limit variable in the pod that differs from what the allocation dictates (a lifted limit)."""
+    spec = request.raw.get("spec") if isinstance(request.raw.get("spec"), Mapping) else {}
+    for c in request.containers:
+        items = spec.get("initContainers" if c.init else "containers") or []
+        container = items[c.index] if c.index < len(items) and isinstance(items[c.index], Mapping) else {}
+        count = c.gpu.count if c.gpu else 0
+        wanted = dict(limit_env(backend, count, allocation.memory_mib, allocation.cores))
+        for env in container.get("env") or []:
+            if not isinstance(env, Mapping) or not is_limit_env(str(env.get("name", ""))):
+                continue
+            name = str(env.get("name"))
+            if wanted.get(name) != env.get("value") or "valueFrom" in env:
+                return (f"container {c.name} sets {name}={env.get('value')!r}, which this product manages "
+                        f"(allocation: {allocation.memory_mib} MiB, {allocation.cores}% per GPU): remove it")
+    return None
+
+
+def _normalise(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
+    """Fill the per-GPU memory and compute a request left out, by the policy's defaults."""
+    memory_given = request.memory_mib is not None or request.memory_pct is not None
+    cores = request.cores
+    memory_pct = request.memory_pct
+    if cores is not None and cores < 100 and not memory_given:
+        memory_pct = policy.memory_percent or cores
+    if cores is None:
+        if policy.cores_percent is not None and memory_given:
+            cores = policy.cores_percent
+        elif request.memory_pct is not None:
+            cores = max(1, min(request.memory_pct, 100))
+        elif request.memory_mib is not None:
+            cards = [g.memory_mib for n in snapshot.nodes.values() if n.vendor == request.vendor
+                     and model_allowed(n.gpu_model, request) for g in n.gpus] or [request.memory_mib]
+            cores = max(1, min(100, math.ceil(100 * request.memory_mib / max(min(cards), 1))))
+        else:
+            cores = 100
+    return replace(request, cores=cores, memory_pct=memory_pct)
+
+
+def _context(request: PodRequest, policy: Policy) -> PlacementContext:
+    spec = request.placement or policy.placement_for(request.namespace)
+    mix = tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
+    return PlacementContext(
+        policy=spec,
+        gpu_policy=request.gpu_placement or policy.gpu_placement,
+        topology_loss=policy.topology_loss,
+        limit=max(policy.preferred_nodes, 1),
+        workload_mix=mix,
+        scorers=policy.scorers,
+    )
+
+
+def _largest_nvlink(request: PodRequest, snapshot: Snapshot) -> int:
+    sizes = [largest_nvlink_clique(n) for n in snapshot.nodes.values()
+             if n.gpus and n.vendor == request.vendor and model_allowed(n.gpu_model, request)]
+    return max(sizes, default=0)
+
+
+def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy) -> Allocation:
+    spec = request.placement or policy.placement_for(request.namespace)
+    name = spec if isinstance(spec, str) else "+".join(f"{k}:{v:g}" for k, v in sorted(spec.items()))
+    if option is not None:
+        node = option.node
+        return Allocation(node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
+                          "", option.topology, option.loss, name)
+    card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
+    memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
+    topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
+    return Allocation(None, (), request.gpus, memory, request.cores or 100, request.vendor,
+                      fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name)
+
+
+def _with_model(allocation: Allocation, snapshot: Snapshot) -> Allocation:
+    node = snapshot.nodes.get(allocation.node or "")
+    if node is None:
+        return allocation
+    uuids = tuple(node.gpus[i].uuid for i in allocation.gpus if 0 <= i < len(node.gpus))
+    return replace(allocation, model=node.gpu_model, uuids=uuids)
+
+
+# ------------------------------------------------------------------------------------------ shared core
+
+
+def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None
+            ) -> tuple[PodRequest, Decision | None, Allocation | None]:
+    """Parse and apply every check that needs no placement. Returns the request, a final decision when
+    one is already reached (allowed-unmanaged or denied), and the recorded allocation if any."""
+    request = parse_pod(pod, namespace)
+    if not request.is_gpu_pod:
+        return request, _allow("not-gpu-pod", gpu_pod=False), None
+    if not is_managed(request.namespace, snapshot, policy):
+        return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
+    if request.violations:
+        first = request.violations[0]
+        message = "; ".join(v.message for v in request.violations)
+        return request, _deny(first.code, first.rule, message), None
+    if request.node_name:
+        return request, _deny(403, "node-name-set",
+                              f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "
+                              "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
+    recorded = _recorded(pod)
+    if isinstance(recorded, str):
+        return request, _deny(422, "bad-annotation", recorded), None
+    if recorded is not None:
+        if recorded.gpu_count != request.gpus or recorded.vendor != request.vendor:
+            return request, _deny(403, "annotation-mismatch",
+                                  f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
+                                  f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
+                                  "changed it; remove the annotation and resubmit"), None
+        if any(c.moved_resources for c in request.containers):
+            return request, _deny(403, "annotation-mismatch",
+                                  f"pod carries GPU memory/compute resources next to its {ANNOTATION}: another "
+                                  "webhook or the user changed it; remove the annotation and resubmit"), None
+        # The annotation is where the first pass moved memory and compute; it is the request now.
+        request = replace(request, memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
+        mismatch = _env_mismatch(request, recorded, policy.backend_for(request.namespace))
+        if mismatch:
+            return request, _deny(403, "isolation-env", mismatch), recorded
+    denial = check_policy(request, policy)
+    if denial:
+        return request, _deny(denial.code, denial.rule, denial.message), recorded
+    return request, None, recorded
+
+
+def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[Decision | None, Placement | None]:
+    placement = place(request, index_of(snapshot), _context(request, policy))
+    if not placement.eligible:
+        denial = check_satisfiable(request, snapshot, policy, _largest_nvlink(request, snapshot))
+        return _deny(denial.code, denial.rule, denial.message), placement
+    return None, placement
+
+
+def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
+           warnings: list[str]) -> Decision | None:
+    result = check_quota(request.namespace, allocation.usage(), snapshot)
+    if result.exceeded:
+        return _deny(403, "quota-exceeded", result.exceeded)
+    warnings.extend(_warn(w) for w in result.warnings)
+    return None
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None) -> Decision:
+    """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
+    the decision annotation. Idempotent: an already-mutated pod gets no operations."""
+    request, final, recorded = _screen(pod, snapshot, policy, namespace)
+    if final is not None:
+        return final
+    request = _normalise(request, snapshot, policy)
+    warnings: list[str] = list(_warn(w) for w in request.warnings)
+    placement: Placement | None = None
+    if recorded is None:
+        denial, placement = _plan(request, snapshot, policy)
+        if denial:
+            return replace(denial, warnings=tuple(warnings))
+        assert placement is not None
+        fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
+        allocation = _with_model(_allocation(request, placement.best, fallback, policy), snapshot)
+        if placement.best is None:
+            if policy.when_full == "deny":
+                return _deny(403, "cluster-full",
+                             f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
+                             "when capacity frees up); retry later", tuple(warnings))
+            warnings.append(_warn(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible node(s)"))
+        if allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
+            warnings.append(_warn(f"GPUs linked over {allocation.topology.value}: expected communication loss "
+                                  f"{allocation.loss:.0%}"))
+    else:
+        allocation = recorded
+    denial = _quota(request, allocation, snapshot, warnings)
+    if denial:
+        return replace(denial, warnings=tuple(warnings))
+    ops = _patch(request, allocation, placement, snapshot, policy)
+    message = f"node {allocation.node}" if allocation.node else "no node free now"
+    return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
+
+
+def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None) -> Decision:
+    """Commit: the final pod must carry the allocation its mutation recorded, with limits intact, and
+    still fit its namespace's quotas (counting reservations). Never returns a patch."""
+    request, final, recorded = _screen(pod, snapshot, policy, namespace)
+    if final is not None:
+        return final
+    if recorded is None:
+        return _deny(403, "not-mutated",
+                     f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
+                     "it (it may be unavailable); retry the create")
+    backend = policy.backend_for(request.namespace)
+    missing = _missing_limits(request, recorded, backend)
+    if missing:
+        return _deny(403, "limits-missing", missing)
+    warnings: list[str] = list(_warn(w) for w in request.warnings)
+    denial = _quota(request, recorded, snapshot, warnings)
+    if denial:
+        return replace(denial, warnings=tuple(warnings))
+    return Decision(True, 200, f"node {recorded.node}" if recorded.node else "admitted", "admitted",
+                    tuple(warnings), (), recorded, True, True)
+
+
+def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    spec = request.raw.get("spec") if isinstance(request.raw.get("spec"), Mapping) else {}
+    for c in request.containers:
+        if c.gpu is None or c.gpu.count <= 0:
+            continue
+        items = spec.get("initContainers" if c.init else "containers") or []
+        container = items[c.index] if c.index < len(items) and isinstance(items[c.index], Mapping) else {}
+        have = {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, Mapping)}
+        for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
+            if have.get(name) != value:
+                return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "
+                        "removed it; resubmit the pod")
+    return None
+
+
+def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
+           policy: Policy) -> list[dict[str, Any]]:
+    pod = request.raw
+    ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
+    ops += patches.env_ops(pod, request, allocation, policy.backend_for(request.namespace))
+    taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
+    wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
+    ops += patches.toleration_ops(pod, wanted)
+    if placement is not None and request.scheduler_name in DEFAULT_SCHEDULERS:
+        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy),
+                                    [o.node for o in placement.options[: policy.preferred_nodes]])
+    ops += patches.record_ops(pod, allocation)
+    return ops
+
+
+def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
+    """Node names when few enough; else the GPU models of the eligible nodes (a pod spec must stay small)."""
+    eligible = sorted(placement.eligible)
+    if len(eligible) <= policy.max_affinity_nodes:
+        return {"key": "metadata.name", "operator": "In", "values": eligible}
+    models = sorted({snapshot.nodes[n].labels.get("nvidia.com/gpu.product") or snapshot.nodes[n].gpu_model
+                     for n in eligible if n in snapshot.nodes})
+    return {"key": "nvidia.com/gpu.product", "operator": "In", "values": models}
+
+
+__all__ = ["mutate", "validate", "is_managed", "TopologyPreference"]

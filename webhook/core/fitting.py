@@ -1,0 +1,228 @@
+"""Whether a pod fits a node, and on which of its GPUs: the filters of placement.
+
+Split in two so that each half is computed once per class of equivalent nodes: the static verdict
+(model, card memory, capacity, topology: could the node EVER host the pod) per node shape, and the
+dynamic one (what is free now, which GPUs to take) per (shape, usage) state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .model import PodRequest, TopologyClass, TopologyPreference
+from .nodeindex import Shape, State
+from .topology import GpuSet, mask_of
+
+_MEMO_LIMIT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A pod's GPU demand reduced to what filtering reads; `key` identifies it for memoisation."""
+
+    vendor: str
+    count: int
+    memory_mib: int | None
+    memory_pct: int | None
+    cores: int | None
+    exclusive: bool  # whole cards: needs idle GPUs and holds them alone
+    cpu: int
+    host_memory: int
+    include: tuple[str, ...]  # lower-cased model substrings
+    exclude: tuple[str, ...]
+    required: bool  # topology: required
+    topology_aware: bool  # topology: required or preferred
+    gpu_policy: str | None  # the pod's own choice inside a node (binpack | spread)
+    uuids_include: tuple[str, ...]
+    uuids_exclude: tuple[str, ...]
+    key: tuple[Any, ...]
+
+
+def demand_of(request: PodRequest) -> Demand:
+    include = tuple(m.lower() for m in request.models_include if m)
+    exclude = tuple(m.lower() for m in request.models_exclude if m)
+    required = request.topology is TopologyPreference.REQUIRED
+    aware = request.topology is not TopologyPreference.NONE
+    exclusive = not request.shared
+    key = (
+        request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
+        request.cpu_milli, request.memory_mib_host, include, exclude, required, aware,
+    )  # fmt: skip
+    return Demand(
+        request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
+        request.cpu_milli, request.memory_mib_host, include, exclude, required, aware, request.gpu_placement,
+        request.uuids_include, request.uuids_exclude, key,
+    )  # fmt: skip
+
+
+def per_gpu(demand: Demand, card: int) -> tuple[int, int]:
+    """Memory (MiB) and cores (%) the pod takes on a card of `card` MiB.
+
+    Whole cards take everything; a missing memory or cores figure takes the same share as the other.
+    """
+    if demand.exclusive:
+        return card, 100
+    if demand.memory_mib is not None:
+        memory = demand.memory_mib
+    elif demand.memory_pct is not None:
+        memory = card * demand.memory_pct // 100
+    elif demand.cores is not None:
+        memory = card * demand.cores // 100
+    else:
+        memory = card
+    if demand.cores is not None:
+        cores = demand.cores
+    elif demand.memory_pct is not None:
+        cores = demand.memory_pct
+    elif card > 0:
+        cores = min(100, max(1, -(-memory * 100 // card)))
+    else:
+        cores = 100
+    return memory, cores
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A shape that could host the pod: the GPUs it may use and what it takes on each."""
+
+    allowed: int  # bitmask: healthy GPUs of an allowed model whose card is large enough
+    memory: tuple[int, ...]  # per GPU of the node
+    cores: tuple[int, ...]
+
+
+def static_verdict(shape: Shape, demand: Demand) -> Fit | str:
+    """Whether nodes of this shape could host the pod on an empty cluster; else the reason."""
+    memo = shape.verdicts
+    found = memo.get(demand.key)
+    if found is None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        found = memo[demand.key] = _static(shape, demand)
+    return found
+
+
+def _static(shape: Shape, demand: Demand) -> Fit | str:
+    node = shape.template
+    if demand.vendor and node.vendor != demand.vendor:
+        return "vendor"
+    if node.unschedulable:
+        return "unschedulable"
+    if len(node.gpus) < demand.count:
+        return "gpu-count"
+    allowed = 0
+    for i, gpu in enumerate(node.gpus):
+        model = gpu.model.lower()
+        if demand.include and not any(m in model for m in demand.include):
+            continue
+        if any(m in model for m in demand.exclude):
+            continue
+        allowed |= 1 << i
+    if allowed.bit_count() < demand.count:
+        return "model"
+    allowed &= shape.healthy
+    if allowed.bit_count() < demand.count:
+        return "unhealthy"
+    needs = [per_gpu(demand, gpu.memory_mib) for gpu in node.gpus]
+    for i, gpu in enumerate(node.gpus):
+        if needs[i][0] > gpu.memory_mib or needs[i][1] > 100:
+            allowed &= ~(1 << i)
+    if allowed.bit_count() < demand.count:
+        return "memory"
+    if 0 < node.cpu_milli < demand.cpu:
+        return "cpu"
+    if 0 < node.memory_mib < demand.host_memory:
+        return "host-memory"
+    if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
+        return "topology"
+    return Fit(allowed, tuple(m for m, _ in needs), tuple(c for _, c in needs))
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The GPUs a node would give the pod now. `alternatives`: one per distinct GPU state (shared pods)."""
+
+    gpus: tuple[int, ...]
+    memory: int  # per GPU
+    cores: int
+    topology: TopologyClass
+    alternatives: tuple[Choice, ...] = ()
+
+
+def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, gpu_policy: str) -> Choice | str:
+    """The GPUs to take on a node in this state, or why it cannot host the pod now."""
+    policy = demand.gpu_policy or gpu_policy
+    key = (demand.key, allowed, policy)
+    memo = state.memo
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        found = memo[key] = _choose(state, fit, allowed, demand, policy)
+    return found
+
+
+def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -> Choice | str:
+    node = state.shape.template
+    graph = state.shape.graph
+    if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
+        return "cpu"
+    if node.memory_mib > 0 and state.free_memory < demand.host_memory:
+        return "host-memory"
+    if demand.exclusive:
+        free = allowed & state.idle
+        if free.bit_count() < demand.count:
+            return "busy"
+        if demand.count == 1 or demand.topology_aware:
+            found = graph.best_set(free, demand.count, state.idle)
+        else:
+            found = graph.describe(_lowest(free, demand.count))
+        assert found is not None
+        return _choice(found, fit)
+    usage = state.usage.gpus
+    fitting: list[tuple[float, int]] = []
+    for i, gpu in enumerate(node.gpus):
+        if not allowed >> i & 1:
+            continue
+        u = usage[i]
+        if u.exclusive or gpu.memory_mib - u.memory_mib < fit.memory[i] or u.cores + fit.cores[i] > 100:
+            continue
+        used = max(u.memory_mib / gpu.memory_mib if gpu.memory_mib else 0.0, u.cores / 100)
+        fitting.append((-used if policy != "spread" else used, i))
+    if len(fitting) < demand.count:
+        return "busy"
+    fitting.sort()
+    if demand.count > 1:
+        if demand.topology_aware:
+            found = graph.best_set(mask_of([i for _, i in fitting]), demand.count, state.idle)
+        else:
+            found = graph.describe(tuple(sorted(i for _, i in fitting[: demand.count])))
+        assert found is not None
+        return _choice(found, fit)
+    best = fitting[0][0]
+    tied = mask_of([i for rank, i in fitting if rank == best])
+    found = graph.best_set(tied, 1, state.idle)
+    assert found is not None
+    seen = {usage[found.gpus[0]]}
+    alternatives = [_choice(found, fit)]
+    for _, i in fitting:
+        if usage[i] not in seen:
+            seen.add(usage[i])
+            alternatives.append(_choice(graph.describe((i,)), fit))
+    first = alternatives[0]
+    return Choice(first.gpus, first.memory, first.cores, first.topology, tuple(alternatives))
+
+
+def _lowest(mask: int, k: int) -> tuple[int, ...]:
+    out: list[int] = []
+    i = 0
+    while len(out) < k:
+        if mask >> i & 1:
+            out.append(i)
+        i += 1
+    return tuple(out)
+
+
+def _choice(found: GpuSet, fit: Fit) -> Choice:
+    first = found.gpus[0]
+    return Choice(found.gpus, fit.memory[first], fit.cores[first], found.topology)

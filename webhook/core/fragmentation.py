@@ -1,0 +1,215 @@
+"""GPU fragmentation of a node against a workload mix: what the "fragmentation" placement policy minimises.
+
+A node's fragmentation for one kind of task is the free GPU capacity on it that such a task cannot use:
+all of it when the task cannot be hosted there at all (model, CPU, memory or too few GPUs with room),
+otherwise the free capacity of the GPUs too full for the task. The node's fragmentation is the expected
+value over the workload mix (Weng et al., "Beware of Fragmentation", USENIX ATC 2023). Placing a pod
+where that expectation grows least keeps the cluster able to host what is likely to come next.
+
+Two refinements over the paper's measure:
+- the mix is weighted by the GPU capacity each kind of task asks for, not by task count alone, so that
+  the rare large tasks (8 GPUs) that need a whole empty node weigh as much as the capacity they bring;
+- ties are broken towards the node whose free capacity would be smallest after placement (best fit), so
+  that empty nodes stay empty for the tasks that need them.
+
+Everything is memoised per (node shape, free-capacity vector, mix); states repeat heavily in a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .model import Node, NodeUsage, PodRequest
+
+if TYPE_CHECKING:
+    from .placement import WorkloadShape
+
+MILLI = 1000  # one whole GPU
+# Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
+# enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
+TIE_BREAK = 1e-4
+# Weigh each kind of task by the GPU capacity it asks for (count x GPUs x share), not by count alone.
+WEIGHT_BY_CAPACITY = True
+# Shapes kept when learning a mix: the most frequent ones covering this share of the weight.
+MIX_COVERAGE = 0.99
+MIX_MAX_SHAPES = 48
+
+# A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
+_State = tuple[tuple[int, ...], int, int]
+# One kind of task, compiled: (gpus, milli, normalised weight, cpu_milli, memory_mib, lower-cased models).
+_Kind = tuple[int, int, float, int, int, tuple[str, ...]]
+
+
+class _Mix:
+    """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self, kinds: tuple[_Kind, ...]) -> None:
+        self.kinds = kinds
+
+
+# Compiled mixes by the identity of the tuple passed in (the tuple is held, so its id stays unique).
+_BY_IDENTITY: dict[int, tuple[tuple[WorkloadShape, ...], _Mix]] = {}
+
+Observed = PodRequest | tuple[int, int]
+
+
+def default_mix() -> tuple[WorkloadShape, ...]:
+    """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
+    from .placement import WorkloadShape
+
+    return (
+        WorkloadShape(gpus=1, milli=250, weight=2.0),
+        WorkloadShape(gpus=1, milli=500, weight=2.0),
+        WorkloadShape(gpus=1, milli=MILLI, weight=4.0),
+        WorkloadShape(gpus=2, milli=MILLI, weight=0.5),
+        WorkloadShape(gpus=4, milli=MILLI, weight=0.25),
+        WorkloadShape(gpus=8, milli=MILLI, weight=0.125),
+    )
+
+
+def milli_of(request: PodRequest) -> int | None:
+    """Thousandths of a card per GPU that a request asks for; None when it cannot be told without the card."""
+    if request.cores is not None and request.cores < 100:
+        return max(1, request.cores * 10)
+    if request.memory_pct is not None and request.memory_pct < 100:
+        return max(1, request.memory_pct * 10)
+    if request.memory_mib is not None and request.cores is None:
+        return None
+    return MILLI
+
+
+def learn_mix(
+    requests: Iterable[Observed],
+    *,
+    coverage: float = MIX_COVERAGE,
+    max_shapes: int = MIX_MAX_SHAPES,
+) -> tuple[WorkloadShape, ...]:
+    """The workload mix of the GPU requests seen: one shape per distinct demand, weighted by count.
+
+    Requests are PodRequests (GPUs, share, CPU, memory and allowed models count) or (gpus, milli) pairs.
+    Requests for no GPU are left out: they cannot use GPU capacity. The rarest shapes beyond `coverage`
+    of the count (and beyond `max_shapes`) are dropped; the empty mix means "use default_mix()".
+    """
+    from .placement import WorkloadShape
+
+    counts: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
+    for item in requests:
+        if isinstance(item, PodRequest):
+            gpus, milli = item.gpus, milli_of(item)
+            cpu, memory, models = item.cpu_milli, item.memory_mib_host, tuple(sorted(item.models_include))
+        else:
+            (gpus, milli), cpu, memory, models = item, 0, 0, ()
+        if gpus <= 0 or milli is None or milli <= 0:
+            continue
+        key = (gpus, min(milli, MILLI), cpu, memory, models)
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ()
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    total = sum(counts.values())
+    kept: list[WorkloadShape] = []
+    covered = 0
+    for (gpus, milli, cpu, memory, models), count in ranked:
+        if kept and (covered >= coverage * total or len(kept) >= max_shapes):
+            break
+        covered += count
+        kept.append(WorkloadShape(gpus, milli, count / total, cpu, memory, models))
+    return tuple(kept)
+
+
+def free_milli(node: Node, usage: NodeUsage) -> tuple[int, ...]:
+    """Free thousandths of each GPU (0 for a card held exclusively or unhealthy), in node order."""
+    free: list[int] = []
+    for i, gpu in enumerate(node.gpus):
+        used = usage.gpus[i] if i < len(usage.gpus) else None
+        if not gpu.healthy or (used is not None and used.exclusive):
+            free.append(0)
+            continue
+        if used is None:
+            free.append(MILLI)
+            continue
+        by_cores = MILLI - used.cores * 10
+        by_memory = MILLI
+        if gpu.memory_mib > 0:
+            by_memory = (gpu.memory_mib - used.memory_mib) * MILLI // gpu.memory_mib
+        free.append(max(0, min(by_cores, by_memory)))
+    return tuple(free)
+
+
+def _state(node: Node, usage: NodeUsage) -> _State:
+    free = tuple(sorted((f for f in free_milli(node, usage) if f > 0), reverse=True))
+    # Capacity 0 means "not reported": such a dimension never constrains.
+    cpu = node.cpu_milli - usage.cpu_milli if node.cpu_milli > 0 else 1 << 40
+    memory = node.memory_mib - usage.memory_mib if node.memory_mib > 0 else 1 << 40
+    return free, cpu, memory
+
+
+def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, ...]) -> float:
+    """Expected free GPU capacity on the node (GPU units) that a task drawn from the mix cannot use."""
+    return _fragmentation(node.gpu_model.lower(), _state(node, usage), _compiled(mix))
+
+
+def fragmentation_delta(
+    node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...]
+) -> float:
+    """How much the node's expected fragmentation grows from `before` to `after` (GPU units; lower is better).
+
+    Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.
+    """
+    compiled = _compiled(mix)
+    model = node.gpu_model.lower()
+    state_after = _state(node, after)
+    was = _fragmentation(model, _state(node, before), compiled)
+    grown = _fragmentation(model, state_after, compiled) - was
+    return grown + TIE_BREAK * sum(state_after[0]) / MILLI
+
+
+def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    hit = _BY_IDENTITY.get(id(mix))
+    if hit is not None and hit[0] is mix:
+        return hit[1]
+    compiled = _compile(mix if mix else default_mix())
+    if len(_BY_IDENTITY) >= 64:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[id(mix)] = (mix, compiled)
+    return compiled
+
+
+@lru_cache(maxsize=64)
+def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    """Normalised kinds, each weighted by count x the GPU capacity it asks for."""
+    raw = [(s, min(s.milli, MILLI)) for s in mix if s.gpus > 0 and s.milli > 0 and s.weight > 0]
+    weights = [s.weight * s.gpus * milli / MILLI if WEIGHT_BY_CAPACITY else s.weight for s, milli in raw]
+    total = sum(weights)
+    return _Mix(
+        tuple(
+            (s.gpus, milli, w / total, s.cpu_milli, s.memory_mib, tuple(m.lower() for m in s.models))
+            for (s, milli), w in zip(raw, weights, strict=True)
+        )
+    )
+
+
+@lru_cache(maxsize=1 << 18)
+def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
+    free, cpu, memory = state
+    total = sum(free)
+    if total == 0:
+        return 0.0
+    expected = 0.0
+    for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
+        if cpu < cpu_need or memory < memory_need or (models and not any(m in model for m in models)):
+            expected += weight * total
+            continue
+        fitting = 0
+        stranded = 0
+        for f in free:
+            if f >= milli:
+                fitting += 1
+            else:
+                stranded += f
+        expected += weight * (total if fitting < gpus else stranded)
+    return expected / MILLI

@@ -1,0 +1,272 @@
+"""The policy file: defaults, per-namespace rules and behaviour under pressure.
+
+Parsed and checked once at load; every error names the field (`namespaces.team-a.maxGpusPerPod`), so a
+bad ConfigMap is refused with a message the operator can act on instead of half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .model import TopologyClass, TopologyPreference
+
+BUILTIN_PLACEMENTS = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+GPU_PLACEMENTS = ("binpack", "spread")
+BACKENDS = ("hami-core", "mps", "none")
+WHEN_FULL = ("admit", "deny")
+ON_STALE = ("deny", "allow")
+MANAGED_MODES = ("labelled", "all")
+
+DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
+    TopologyClass.SINGLE: 0.0,
+    TopologyClass.NVLINK: 0.03,
+    TopologyClass.MIXED: 0.20,
+    TopologyClass.PCIE: 0.375,
+}
+
+PlacementSpec = str | Mapping[str, float]
+
+
+class PolicyError(ValueError):
+    """A policy field is wrong. `field` is its dotted path."""
+
+    def __init__(self, field_path: str, message: str) -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field = field_path
+
+
+@dataclass(frozen=True)
+class NamespaceRule:
+    """Per-namespace over-allocation rules; None means "no rule", falling back to the defaults."""
+
+    max_gpus_per_pod: int | None = None
+    allowed_models: tuple[str, ...] = ()  # case-insensitive substrings of the GPU model; empty: any
+    allow_sharing: bool = True
+    placement: PlacementSpec | None = None
+    backend: str | None = None
+
+
+@dataclass(frozen=True)
+class MixEntry:
+    """One pod shape of a fixed workload mix for the fragmentation policy."""
+
+    gpus: int
+    milli: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Everything configurable about admission. `Policy()` is the documented default."""
+
+    placement: PlacementSpec = "binpack"
+    gpu_placement: str = "binpack"
+    topology: TopologyPreference = TopologyPreference.PREFERRED
+    backend: str = "hami-core"
+    memory_percent: int | None = None  # only cores given: this % of the card; None: same share as cores
+    cores_percent: int | None = None  # only memory given: this % of SMs; None: same share as memory
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    preferred_nodes: int = 5
+    max_affinity_nodes: int = 200  # above this, required affinity names GPU models instead of nodes
+    topology_loss: Mapping[TopologyClass, float] = field(default_factory=lambda: dict(DEFAULT_TOPOLOGY_LOSS))
+    when_full: str = "admit"
+    managed_namespaces: str = "labelled"
+    stale_after_seconds: float = 90.0
+    stale_grace_seconds: float = 120.0
+    on_stale: str = "deny"
+    reservation_ttl_seconds: float = 120.0
+    workload_mix: tuple[MixEntry, ...] = ()
+    namespaces: Mapping[str, NamespaceRule] = field(default_factory=dict)
+    # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
+    scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
+
+    def rule(self, namespace: str) -> NamespaceRule:
+        return self.namespaces.get(namespace, NamespaceRule())
+
+    def placement_for(self, namespace: str) -> PlacementSpec:
+        return self.rule(namespace).placement or self.placement
+
+    def backend_for(self, namespace: str) -> str:
+        return self.rule(namespace).backend or self.backend
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PolicyError(path, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _known(data: Mapping[str, Any], path: str, keys: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in keys:
+            prefix = f"{path}." if path else ""
+            raise PolicyError(f"{prefix}{key}", f"unknown field (known: {', '.join(keys)})")
+
+
+def _choice(value: Any, path: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise PolicyError(path, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _int(value: Any, path: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise PolicyError(path, f"expected an integer {bound}, got {value!r}")
+    return value
+
+
+def _number(value: Any, path: str, low: float, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (
+        high is not None and value > high
+    ):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise PolicyError(path, f"expected a number {bound}, got {value!r}")
+    return float(value)
+
+
+def _placement(value: Any, path: str, names: tuple[str, ...]) -> PlacementSpec:
+    if isinstance(value, str):
+        return _choice(value, path, names)
+    if isinstance(value, Mapping) and value:
+        weights: dict[str, float] = {}
+        for name, weight in value.items():
+            _choice(name, f"{path}.{name}", names)
+            weights[name] = _number(weight, f"{path}.{name}", 0.0)
+        if not any(weights.values()):
+            raise PolicyError(path, "at least one weight must be above 0")
+        return weights
+    raise PolicyError(path, f"expected a policy name ({', '.join(names)}) or a mapping of names to weights")
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PolicyError(path, "expected a list of non-empty strings")
+    return tuple(value)
+
+
+def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(value, list):
+        raise PolicyError(path, "expected a list of tolerations")
+    result = []
+    for i, tol in enumerate(value):
+        item = _mapping(tol, f"{path}[{i}]")
+        _known(item, f"{path}[{i}]", ("key", "operator", "value", "effect", "tolerationSeconds"))
+        operator = item.get("operator", "Equal")
+        _choice(operator, f"{path}[{i}].operator", ("Exists", "Equal"))
+        if "effect" in item:
+            _choice(item["effect"], f"{path}[{i}].effect", ("NoSchedule", "PreferNoSchedule", "NoExecute"))
+        result.append(dict(item))
+    return tuple(result)
+
+
+def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) -> NamespaceRule:
+    _known(data, path, ("maxGpusPerPod", "allowedModels", "allowSharing", "placement", "backend"))
+    max_gpus = data.get("maxGpusPerPod")
+    allow = data.get("allowSharing", True)
+    if not isinstance(allow, bool):
+        raise PolicyError(f"{path}.allowSharing", f"expected true or false, got {allow!r}")
+    return NamespaceRule(
+        max_gpus_per_pod=None if max_gpus is None else _int(max_gpus, f"{path}.maxGpusPerPod", 0),
+        allowed_models=_strings(data["allowedModels"], f"{path}.allowedModels") if "allowedModels" in data else (),
+        allow_sharing=allow,
+        placement=_placement(data["placement"], f"{path}.placement", names) if "placement" in data else None,
+        backend=_choice(data["backend"], f"{path}.backend", BACKENDS) if "backend" in data else None,
+    )
+
+
+def parse_policy(
+    data: Any, scorers: Mapping[str, Callable[..., float]] | None = None
+) -> Policy:
+    """Build a Policy from the decoded YAML; raise PolicyError naming the field on any mistake."""
+    scorers = dict(scorers or {})
+    names = BUILTIN_PLACEMENTS + tuple(sorted(scorers))
+    root = _mapping(data, "(top level)")
+    _known(
+        root,
+        "",
+        ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix", "namespaces"),
+    )
+    defaults = _mapping(root.get("defaults"), "defaults")
+    _known(
+        defaults,
+        "defaults",
+        ("placement", "gpuPlacement", "topology", "backend", "memoryPercent", "coresPercent", "tolerations",
+         "preferredNodes", "maxAffinityNodes"),
+    )
+    kwargs: dict[str, Any] = {"scorers": scorers}
+    if "placement" in defaults:
+        kwargs["placement"] = _placement(defaults["placement"], "defaults.placement", names)
+    if "gpuPlacement" in defaults:
+        kwargs["gpu_placement"] = _choice(defaults["gpuPlacement"], "defaults.gpuPlacement", GPU_PLACEMENTS)
+    if "topology" in defaults:
+        topo = _choice(defaults["topology"], "defaults.topology", tuple(t.value for t in TopologyPreference))
+        kwargs["topology"] = TopologyPreference(topo)
+    if "backend" in defaults:
+        kwargs["backend"] = _choice(defaults["backend"], "defaults.backend", BACKENDS)
+    for key, attr in (("memoryPercent", "memory_percent"), ("coresPercent", "cores_percent")):
+        if defaults.get(key) is not None:
+            kwargs[attr] = _int(defaults[key], f"defaults.{key}", 1, 100)
+    if "tolerations" in defaults:
+        kwargs["tolerations"] = _tolerations(defaults["tolerations"], "defaults.tolerations")
+    if "preferredNodes" in defaults:
+        kwargs["preferred_nodes"] = _int(defaults["preferredNodes"], "defaults.preferredNodes", 0, 20)
+    if "maxAffinityNodes" in defaults:
+        kwargs["max_affinity_nodes"] = _int(defaults["maxAffinityNodes"], "defaults.maxAffinityNodes", 1)
+
+    if "topologyLoss" in root:
+        loss = _mapping(root["topologyLoss"], "topologyLoss")
+        _known(loss, "topologyLoss", ("nvlink", "mixed", "pcie"))
+        table = dict(DEFAULT_TOPOLOGY_LOSS)
+        for key, value in loss.items():
+            table[TopologyClass(key)] = _number(value, f"topologyLoss.{key}", 0.0, 1.0)
+        if not table[TopologyClass.NVLINK] <= table[TopologyClass.MIXED] <= table[TopologyClass.PCIE]:
+            raise PolicyError("topologyLoss", "expected nvlink <= mixed <= pcie")
+        kwargs["topology_loss"] = table
+    if "whenFull" in root:
+        kwargs["when_full"] = _choice(root["whenFull"], "whenFull", WHEN_FULL)
+    if "managedNamespaces" in root:
+        kwargs["managed_namespaces"] = _choice(root["managedNamespaces"], "managedNamespaces", MANAGED_MODES)
+    if "stale" in root:
+        stale = _mapping(root["stale"], "stale")
+        _known(stale, "stale", ("afterSeconds", "graceSeconds", "action"))
+        if "afterSeconds" in stale:
+            kwargs["stale_after_seconds"] = _number(stale["afterSeconds"], "stale.afterSeconds", 1.0)
+        if "graceSeconds" in stale:
+            kwargs["stale_grace_seconds"] = _number(stale["graceSeconds"], "stale.graceSeconds", 0.0)
+        if "action" in stale:
+            kwargs["on_stale"] = _choice(stale["action"], "stale.action", ON_STALE)
+    if "reservations" in root:
+        res = _mapping(root["reservations"], "reservations")
+        _known(res, "reservations", ("ttlSeconds",))
+        if "ttlSeconds" in res:
+            kwargs["reservation_ttl_seconds"] = _number(res["ttlSeconds"], "reservations.ttlSeconds", 1.0)
+    if "workloadMix" in root:
+        mix = root["workloadMix"]
+        if not isinstance(mix, list) or not mix:
+            raise PolicyError("workloadMix", "expected a non-empty list of {gpus, milli, weight}")
+        entries = []
+        for i, raw in enumerate(mix):
+            item = _mapping(raw, f"workloadMix[{i}]")
+            _known(item, f"workloadMix[{i}]", ("gpus", "milli", "weight"))
+            entries.append(
+                MixEntry(
+                    gpus=_int(item.get("gpus", 1), f"workloadMix[{i}].gpus", 1, 64),
+                    milli=_int(item.get("milli", 1000), f"workloadMix[{i}].milli", 1, 1000),
+                    weight=_number(item.get("weight", 1.0), f"workloadMix[{i}].weight", 0.0),
+                )
+            )
+        kwargs["workload_mix"] = tuple(entries)
+    if "namespaces" in root:
+        spaces = _mapping(root["namespaces"], "namespaces")
+        kwargs["namespaces"] = {
+            str(name): _namespace_rule(_mapping(rule, f"namespaces.{name}"), f"namespaces.{name}", names)
+            for name, rule in spaces.items()
+        }
+    return Policy(**kwargs)

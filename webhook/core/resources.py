@@ -1,0 +1,466 @@
+"""What a pod asks for: vendor resource names, HAMi/KAI/Volcano dialects, pod spec -> PodRequest.
+
+The vendor table is data: a new vendor or dialect is one more row, never a new branch. Parsing never
+raises; what is malformed or breaks an isolation rule becomes a Violation with a message that says
+what to change, so the webhook and `check` answer the same thing for the same pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from .model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference, Violation
+from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
+from .vendors import (
+    ALLOCATION,
+    HAMI_GPU_POLICY,
+    HAMI_NODE_POLICY,
+    HAMI_POLICIES,
+    KAI_FRACTION,
+    KAI_FRACTION_DEVICES,
+    KAI_MEMORY,
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS,
+    PLACEMENT,
+    PLACEMENT_POLICIES,
+    SELECTORS,
+    TOPOLOGY,
+    VENDORS,
+    VendorResources,
+    classify_resource,
+    containers_of,
+    is_bypass_env,
+    is_device_hostpath,
+    is_gpu_pod,
+    is_gpu_resource,
+    is_limit_env,
+    limit_env_of,
+    list_of,
+    looks_like_gpu,
+    mapping_of,
+    vendor_of_resource,
+)
+
+__all__ = [
+    "VENDORS",
+    "VendorResources",
+    "classify_resource",
+    "vendor_of_resource",
+    "is_gpu_resource",
+    "parse_pod",
+    "is_gpu_pod",
+    "limit_env_of",
+    "is_limit_env",
+    "is_bypass_env",
+    "parse_quantity",
+]
+
+
+_FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores"}
+_MOVED_FIELDS = frozenset({"memory", "memory_pct", "cores"})
+
+
+class _Notes:
+    """Violations and warnings collected while parsing one pod."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.warnings: list[str] = []
+
+    def deny(self, rule: str, code: int, message: str) -> None:
+        if all(v.message != message for v in self.violations):
+            self.violations.append(Violation(rule, code, message))
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def _label(container: Mapping[str, Any], init: bool, index: int) -> str:
+    name = container.get("name")
+    kind = "init container" if init else "container"
+    return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+
+
+def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes: _Notes) -> int | None:
+    """A GPU resource value as a whole number within sensible bounds, or None after a violation."""
+    hint = {
+        "count": "a whole number of devices, e.g. 1",
+        "memory": f"a whole number ({unit} MiB units), e.g. 3000"
+        if unit != 1
+        else "a whole number of MiB, e.g. 3000",
+        "memory_pct": "a whole percentage 1..100",
+        "cores": "a whole percentage 1..100",
+    }[field]
+    try:
+        quantity = parse_quantity(raw)
+    except QuantityError as err:
+        notes.deny("invalid-quantity", 422, f"{where}: {name}: {err}; write {hint}")
+        return None
+    if quantity.denominator != 1 or quantity < 0:
+        notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {hint}")
+        return None
+    value = int(quantity)
+    if field in ("memory_pct", "cores") and not 1 <= value <= 100:
+        rule = "invalid-cores" if field == "cores" else "invalid-quantity"
+        notes.deny(rule, 422, f"{where}: {name} is {value}, outside 1..100; write {hint}")
+        return None
+    if field == "memory" and not 1 <= value * unit <= MAX_GPU_MEMORY_MIB:
+        notes.deny(
+            "invalid-quantity",
+            422,
+            f"{where}: {name} is {raw}, {value * unit} MiB per GPU, which no GPU has; write {hint}",
+        )
+        return None
+    if field == "count" and value > MAX_GPUS:
+        notes.deny(
+            "invalid-quantity", 422, f"{where}: {name} is {value} devices; write a count up to {MAX_GPUS}"
+        )
+        return None
+    return value * unit if field == "memory" else value
+
+
+def _host_value(name: str, raw: object, where: str, notes: _Notes) -> int:
+    try:
+        value = cpu_milli(raw) if name == "cpu" else memory_mib(raw)
+    except QuantityError as err:
+        notes.deny(
+            "invalid-quantity",
+            422,
+            f"{where}: {name}: {err}; write e.g. {'500m' if name == 'cpu' else '4Gi'}",
+        )
+        return 0
+    if value < 0:
+        notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write a value of at least 0")
+        return 0
+    return value
+
+
+def _parse_container(
+    container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: _Notes
+) -> tuple[ContainerRequest, list[Violation]]:
+    """One container; returns it and the isolation findings that apply only to GPU pods."""
+    where = _label(container, init, index)
+    resources = mapping_of(container.get("resources"))
+    limits, requests = mapping_of(resources.get("limits")), mapping_of(resources.get("requests"))
+    merged: dict[str, object] = {**requests, **limits}  # GPU resources: limits win
+    values: dict[str, tuple[str, int]] = {}
+    vendor: str | None = None
+    moved: list[str] = []
+    for name, raw in merged.items():
+        kind = classify_resource(name) if isinstance(name, str) else None
+        if kind is None:
+            if isinstance(name, str) and name not in ("cpu", "memory") and looks_like_gpu(name):
+                notes.warn(f"{where}: {name} is not a GPU resource this controller knows; left alone")
+            continue
+        kind_vendor, field, unit = kind
+        if field in _MOVED_FIELDS and name not in moved:
+            moved.append(name)
+        if vendor is not None and kind_vendor != vendor:
+            notes.deny(
+                "mixed-vendors",
+                422,
+                f"{where} asks for {vendor} and {kind_vendor} devices; use one vendor per pod",
+            )
+            continue
+        vendor = kind_vendor
+        if field == "device":
+            notes.warn(f"{where}: {name} is not in the vendor table; counted as whole {kind_vendor} devices")
+            field = "count"
+        value = _gpu_value(field, name, raw, unit, where, notes)
+        if field in values:
+            notes.deny(
+                "duplicate-resource",
+                422,
+                f"{where} gives the {_FIELD_NAMES[field]} twice ({values[field][0]} and {name}); keep one",
+            )
+            continue
+        if value is not None:
+            values[field] = (name, value)
+    if "memory" in values and "memory_pct" in values:
+        notes.deny(
+            "memory-conflict",
+            422,
+            f"{where} sets both {values['memory'][0]} and {values['memory_pct'][0]}; keep one of them",
+        )
+    gpu: GpuRequest | None = None
+    if vendor is not None:
+        count = values["count"][1] if "count" in values else (1 if values else 0)
+        if count == 0 and len(values) > 1:
+            notes.deny(
+                "invalid-quantity",
+                422,
+                f"{where} sets {values['count'][0]} to 0 together with GPU memory "
+                "or cores; ask for at least 1 GPU or remove them",
+            )
+        if count > 0:
+            gpu = GpuRequest(
+                vendor, count, _get(values, "memory"), _get(values, "memory_pct"), _get(values, "cores")
+            )
+    host_cpu, host_mem = 0, 0
+    for name in ("cpu", "memory"):
+        raw = requests.get(name, limits.get(name))
+        if raw is not None:
+            value = _host_value(name, raw, where, notes)
+            host_cpu, host_mem = (value, host_mem) if name == "cpu" else (host_cpu, value)
+    findings: list[Violation] = []
+    exempt = limit_env_of(container) if exempt_env else {}
+    for entry in list_of(container.get("env")):
+        env_name = mapping_of(entry).get("name")
+        if not isinstance(env_name, str) or env_name in exempt:
+            continue
+        if is_bypass_env(env_name):
+            notes.deny(
+                "isolation-env",
+                403,
+                f"{where} sets {env_name} itself, which bypasses GPU isolation; remove it "
+                "and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)",
+            )
+        elif env_name == "LD_PRELOAD":
+            findings.append(
+                Violation(
+                    "isolation-env",
+                    403,
+                    f"{where} sets LD_PRELOAD, which can unload the GPU "
+                    "limit library; remove it from a GPU pod",
+                )
+            )
+    if mapping_of(container.get("securityContext")).get("privileged") is True:
+        findings.append(
+            Violation(
+                "isolation-privileged",
+                403,
+                f"{where} is privileged, which exposes every GPU of "
+                "the node; set securityContext.privileged: false",
+            )
+        )
+    given = container.get("name")
+    request = ContainerRequest(
+        given if isinstance(given, str) else "", index, init, gpu, host_cpu, host_mem, tuple(moved)
+    )
+    return request, findings
+
+
+def _get(values: Mapping[str, tuple[str, int]], field: str) -> int | None:
+    return values[field][1] if field in values else None
+
+
+def _effective(app: list[int], init: list[tuple[int, bool]]) -> int:
+    """Kubernetes' effective request: max(sum of app containers and sidecars, each init container plus
+    the sidecars started before it). `init` is (value, restartable sidecar) in order."""
+    sidecars, peak = 0, 0
+    for value, restartable in init:
+        if restartable:
+            sidecars += value
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, sidecars + value)
+    return max(sum(app) + sidecars, peak)
+
+
+def _csv(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = annotations.get(key)
+    if not isinstance(value, str):
+        return ()
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _annotation_request(annotations: Mapping[str, Any], notes: _Notes) -> GpuRequest | None:
+    """KAI-Scheduler's gpu-fraction / gpu-memory annotations as a one-container NVIDIA request."""
+    fraction, memory = annotations.get(KAI_FRACTION), annotations.get(KAI_MEMORY)
+    if fraction is None and memory is None:
+        return None
+    if fraction is not None and memory is not None:
+        notes.deny(
+            "invalid-annotation", 422, f"annotations {KAI_FRACTION} and {KAI_MEMORY} are both set; keep one"
+        )
+        return None
+    count = 1
+    devices = annotations.get(KAI_FRACTION_DEVICES)
+    if devices is not None:
+        try:
+            parsed = parse_quantity(devices)
+        except QuantityError:
+            parsed = Fraction(-1)
+        if parsed.denominator != 1 or not 1 <= parsed <= MAX_GPUS:
+            notes.deny(
+                "invalid-annotation",
+                422,
+                f"annotation {KAI_FRACTION_DEVICES} is {devices!r}; write a whole number of GPUs such as 2",
+            )
+            return None
+        count = int(parsed)
+    if fraction is not None:
+        try:
+            share = parse_quantity(fraction)
+        except QuantityError:
+            share = Fraction(-1)
+        if not 0 < share <= 1:
+            notes.deny(
+                "invalid-annotation",
+                422,
+                f"annotation {KAI_FRACTION} is {fraction!r}; "
+                'write a fraction of one GPU in (0, 1], e.g. "0.5"',
+            )
+            return None
+        pct = max(1, round(share * 100))
+        return GpuRequest("nvidia", count, None, pct, pct)
+    try:
+        mib = parse_quantity(memory)
+    except QuantityError:
+        mib = Fraction(-1)
+    if mib.denominator != 1 or not 1 <= mib <= MAX_GPU_MEMORY_MIB:
+        notes.deny(
+            "invalid-annotation",
+            422,
+            f'annotation {KAI_MEMORY} is {memory!r}; write a whole number of MiB such as "2000"',
+        )
+        return None
+    return GpuRequest("nvidia", count, int(mib), None, None)
+
+
+def _choice(
+    annotations: Mapping[str, Any], key: str, allowed: frozenset[str], notes: _Notes, strict: bool = True
+) -> str | None:
+    """An enumerated annotation. Ours (strict) deny bad values; other dialects' are ignored with a warning."""
+    value = annotations.get(key)
+    if value is None:
+        return None
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text not in allowed:
+        choices = ", ".join(sorted(allowed))
+        if strict:
+            notes.deny("invalid-annotation", 422, f"annotation {key} is {value!r}; use one of {choices}")
+        else:
+            notes.warn(f"annotation {key} is {value!r}, not one of {choices}; ignored")
+        return None
+    return text
+
+
+def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: _Notes) -> dict[str, Any]:
+    """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does."""
+    restartable = {
+        i
+        for i, c in enumerate(list_of(spec.get("initContainers")))
+        if mapping_of(c).get("restartPolicy") == "Always"
+    }
+    app = [c for c in containers if not c.init]
+    init = [c for c in containers if c.init]
+
+    def effective(get: Any) -> int:
+        return _effective([get(c) for c in app], [(get(c), c.index in restartable) for c in init])
+
+    gpu_requests = [c.gpu for c in containers if c.gpu is not None]
+    exclusive = any(g.memory_mib is None and g.memory_pct is None and g.cores is None for g in gpu_requests)
+
+    def peak(values: list[int | None]) -> int | None:
+        given = [v for v in values if v is not None]
+        return None if exclusive or not given else max(given)
+
+    overhead = mapping_of(spec.get("overhead"))
+    return {
+        "gpus": effective(lambda c: c.gpu.count if c.gpu else 0),
+        "memory_mib": peak([g.memory_mib for g in gpu_requests]),
+        "memory_pct": peak([g.memory_pct for g in gpu_requests]),
+        "cores": peak([g.cores for g in gpu_requests]),
+        "cpu_milli": effective(lambda c: c.cpu_milli)
+        + (_host_value("cpu", overhead["cpu"], "overhead", notes) if "cpu" in overhead else 0),
+        "memory_mib_host": effective(lambda c: c.memory_mib)
+        + (_host_value("memory", overhead["memory"], "overhead", notes) if "memory" in overhead else 0),
+    }
+
+
+def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodRequest:
+    """A pod (or pod template with metadata) -> PodRequest. Never raises; problems become violations."""
+    notes = _Notes()
+    if not isinstance(pod, Mapping):
+        notes.deny("invalid-pod", 422, "the object is not a pod: expected a mapping")
+        pod = {}
+    metadata, spec = mapping_of(pod.get("metadata")), mapping_of(pod.get("spec"))
+    annotations = mapping_of(metadata.get("annotations"))
+    exempt_env = ALLOCATION in annotations
+    containers: list[ContainerRequest] = []
+    findings: list[Violation] = []
+    if not isinstance(spec.get("containers"), list) or not spec["containers"]:
+        notes.deny("invalid-pod", 422, "spec.containers: a pod needs at least one container")
+    for init, index, container in containers_of(spec):
+        request, found = _parse_container(container, index, init, exempt_env, notes)
+        containers.append(request)
+        findings.extend(found)
+    annotation_gpu = _annotation_request(annotations, notes)
+    if annotation_gpu is not None:
+        if any(c.gpu for c in containers):
+            notes.deny(
+                "dialect-conflict",
+                422,
+                f"the pod asks for GPUs in resources and in the {KAI_FRACTION}/"
+                f"{KAI_MEMORY} annotations; use one of them",
+            )
+        elif containers:
+            first = (
+                next(i for i, c in enumerate(containers) if not c.init)
+                if any(not c.init for c in containers)
+                else 0
+            )
+            c = containers[first]
+            containers[first] = ContainerRequest(
+                c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
+            )
+    vendors = sorted({c.gpu.vendor for c in containers if c.gpu})
+    if len(vendors) > 1:
+        notes.deny(
+            "mixed-vendors", 422, f"the pod asks for {' and '.join(vendors)} devices; use one vendor per pod"
+        )
+    host_paths = [
+        str(mapping_of(mapping_of(v).get("hostPath")).get("path"))
+        for v in list_of(spec.get("volumes"))
+        if is_device_hostpath(mapping_of(mapping_of(v).get("hostPath")).get("path"))
+    ]
+    gpu_pod = is_gpu_pod(pod)
+    if gpu_pod:
+        for finding in findings:
+            notes.deny(finding.rule, finding.code, finding.message)
+        for path in host_paths:
+            notes.deny(
+                "isolation-hostpath",
+                403,
+                f"volume hostPath {path} exposes the node's GPU devices; "
+                "remove it and ask for GPUs in resources.limits",
+            )
+    for key in ("nvidia.com/vgpu-mode",):
+        if key in annotations:
+            notes.warn(f"annotation {key} is not supported here and is ignored")
+    include, exclude, uuids_in, uuids_out = (
+        tuple(x for v in SELECTORS.values() for x in _csv(annotations, v[i])) for i in range(4)
+    )
+    placement = _choice(annotations, PLACEMENT, PLACEMENT_POLICIES, notes)
+    if placement is None:
+        placement = _choice(annotations, HAMI_NODE_POLICY, HAMI_POLICIES, notes, strict=False)
+    topology_name = _choice(annotations, TOPOLOGY, frozenset(t.value for t in TopologyPreference), notes)
+    level = _pod_level(containers, spec, notes)
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    scheduler = spec.get("schedulerName")
+    node_name = spec.get("nodeName")
+    return PodRequest(
+        namespace=namespace or str(metadata.get("namespace") or "default"),
+        name=str(name),
+        containers=tuple(containers),
+        uid=str(metadata.get("uid") or ""),
+        vendor=vendors[0] if len(vendors) == 1 else "",
+        models_include=include,
+        models_exclude=exclude,
+        uuids_include=uuids_in,
+        uuids_exclude=uuids_out,
+        placement=placement,
+        gpu_placement=_choice(annotations, HAMI_GPU_POLICY, HAMI_POLICIES, notes, strict=False),
+        topology=TopologyPreference(topology_name) if topology_name else None,
+        scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler",
+        node_name=node_name if isinstance(node_name, str) else "",
+        is_gpu_pod=gpu_pod,
+        violations=tuple(notes.violations),
+        warnings=tuple(notes.warnings),
+        raw=pod,
+        **level,
+    )

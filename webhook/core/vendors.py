@@ -1,0 +1,212 @@
+"""Vendor resource names, dialect annotations and the GPU-pod test, as data.
+
+A new vendor or dialect is one more row in a table here, never a new branch in the parser. Kept apart
+from `resources` so that the webhook's fast path (`is_gpu_pod`) imports only what it needs.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class VendorResources:
+    """One dialect of resource names for one vendor's devices. `<model>` stands for a model part
+    (Cambricon: `mlu`, `mlu370`, ...). Memory values are multiplied by `memory_unit_mib`."""
+
+    vendor: str
+    count: str
+    memory: str | None = None
+    memory_pct: str | None = None
+    cores: str | None = None
+    memory_unit_mib: int = 1
+
+
+VENDORS: tuple[VendorResources, ...] = (
+    VendorResources(
+        "nvidia", "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"
+    ),
+    VendorResources(
+        "nvidia",
+        "volcano.sh/vgpu-number",
+        "volcano.sh/vgpu-memory",
+        "volcano.sh/vgpu-memory-percentage",
+        "volcano.sh/vgpu-cores",
+    ),
+    VendorResources(
+        "cambricon",
+        "cambricon.com/vmlu",
+        "cambricon.com/<model>.smlu.vmemory",
+        None,
+        "cambricon.com/<model>.smlu.vcore",
+        memory_unit_mib=256,
+    ),
+    VendorResources("hygon", "hygon.com/dcunum", "hygon.com/dcumem", None, "hygon.com/dcucores"),
+)
+
+# Resource domains whose unknown names (nvidia.com/mig-3g.20gb, nvidia.com/gpu.shared) are devices.
+VENDOR_DOMAINS: Mapping[str, str] = {
+    "nvidia.com": "nvidia",
+    "cambricon.com": "cambricon",
+    "hygon.com": "hygon",
+}
+NOT_DEVICES: frozenset[str] = frozenset({"nvidia.com/priority"})  # HAMi task priority, not a device
+
+# Per-vendor GPU selection annotations (HAMi): (use-type, nouse-type, use-uuid, nouse-uuid).
+SELECTORS: Mapping[str, tuple[str, str, str, str]] = {
+    "nvidia": (
+        "nvidia.com/use-gputype",
+        "nvidia.com/nouse-gputype",
+        "nvidia.com/use-gpuuuid",
+        "nvidia.com/nouse-gpuuuid",
+    ),
+    "hygon": (
+        "hygon.com/use-dcutype",
+        "hygon.com/nouse-dcutype",
+        "hygon.com/use-gpuuuid",
+        "hygon.com/nouse-gpuuuid",
+    ),
+    "cambricon": (
+        "cambricon.com/use-mlutype",
+        "cambricon.com/nouse-mlutype",
+        "cambricon.com/use-gpuuuid",
+        "cambricon.com/nouse-gpuuuid",
+    ),
+}
+
+ALLOCATION = "gpu-admission.io/allocation"
+PLACEMENT = "gpu-admission.io/placement"
+TOPOLOGY = "gpu-admission.io/topology"
+KAI_FRACTION = "gpu-fraction"
+KAI_FRACTION_DEVICES = "gpu-fraction-num-devices"
+KAI_MEMORY = "gpu-memory"
+HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
+HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+# Annotations that make a pod a GPU pod on their own (a request, or our own decision record).
+GPU_REQUEST_ANNOTATIONS: frozenset[str] = frozenset({KAI_FRACTION, KAI_MEMORY, ALLOCATION})
+PLACEMENT_POLICIES: frozenset[str] = frozenset(
+    {"random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation"}
+)
+HAMI_POLICIES: frozenset[str] = frozenset({"binpack", "spread"})
+
+MAX_GPUS = 1024  # per container; more is a typo, not a request
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
+
+# Variables the mutating webhook writes (hami-core and MPS backends).
+_LIMIT_ENV = re.compile(
+    r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT|"
+    r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE|CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+)
+# CUDA_DEVICE_* variables that only tune or order what the container already sees.
+_BENIGN_ENV: frozenset[str] = frozenset(
+    {"CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS"}
+)
+
+
+def _name_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.escape(template).replace(re.escape("<model>"), "[A-Za-z0-9][-A-Za-z0-9_]*"))
+
+
+@lru_cache(maxsize=4096)
+def classify_resource(name: str) -> tuple[str, str, int] | None:
+    """(vendor, field, memory unit MiB) for a GPU resource name, or None. `field` is count, memory,
+    memory_pct, cores, or device (a name the table does not know, in a vendor's domain)."""
+    for row in VENDORS:
+        for field_name in ("count", "memory", "memory_pct", "cores"):
+            template: str | None = getattr(row, field_name)
+            if template is None:
+                continue
+            if template == name or ("<model>" in template and _name_pattern(template).fullmatch(name)):
+                return row.vendor, field_name, row.memory_unit_mib
+    domain = name.partition("/")[0]
+    if domain in VENDOR_DOMAINS and name not in NOT_DEVICES and "/" in name:
+        return VENDOR_DOMAINS[domain], "device", 1
+    return None
+
+
+def vendor_of_resource(name: str) -> str | None:
+    """The vendor whose devices a resource name counts ("nvidia" for nvidia.com/mig-3g.20gb), or None."""
+    kind = classify_resource(name)
+    return kind[0] if kind else None
+
+
+def is_gpu_resource(name: str) -> bool:
+    return classify_resource(name) is not None
+
+
+def looks_like_gpu(name: str) -> bool:
+    return any(word in name.lower() for word in ("gpu", "mlu", "dcu", "accelerator"))
+
+
+def is_limit_env(name: str) -> bool:
+    """A variable the mutating webhook writes to enforce limits."""
+    return _LIMIT_ENV.fullmatch(name) is not None
+
+
+def is_bypass_env(name: str) -> bool:
+    """A variable that widens or unlimits device access when a container sets it itself."""
+    if name in _BENIGN_ENV:
+        return False
+    return name == "NVIDIA_VISIBLE_DEVICES" or name.startswith(("CUDA_DEVICE_", "CUDA_MPS_"))
+
+
+def limit_env_of(container: Mapping[str, Any]) -> dict[str, str]:
+    """The enforcement variables a container carries with a literal value (what our patch writes)."""
+    found: dict[str, str] = {}
+    for entry in list_of(container.get("env")):
+        if isinstance(entry, Mapping):
+            name, value = entry.get("name"), entry.get("value")
+            if isinstance(name, str) and isinstance(value, str) and is_limit_env(name):
+                found[name] = value
+    return found
+
+
+def is_device_hostpath(path: object) -> bool:
+    if not isinstance(path, str) or not path:
+        return False
+    normal = posixpath.normpath(path)
+    return normal == "/dev" or normal.startswith("/dev/nvidia")
+
+
+def mapping_of(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def list_of(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def containers_of(spec: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
+    out: list[tuple[bool, int, Mapping[str, Any]]] = []
+    for init, key in ((False, "containers"), (True, "initContainers")):
+        for index, container in enumerate(list_of(spec.get(key))):
+            out.append((init, index, mapping_of(container)))
+    return out
+
+
+def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
+    """Cheap test for the webhook's fast path: DESIGN's GPU-pod definition, nothing more."""
+    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+    if any(key in annotations for key in GPU_REQUEST_ANNOTATIONS):
+        return True
+    spec = mapping_of(pod.get("spec"))
+    for _, _, container in containers_of(spec):
+        resources = mapping_of(container.get("resources"))
+        for key in ("limits", "requests"):
+            if any(
+                isinstance(name, str) and is_gpu_resource(name) for name in mapping_of(resources.get(key))
+            ):
+                return True
+        for entry in list_of(container.get("env")):
+            name = mapping_of(entry).get("name")
+            if isinstance(name, str) and is_bypass_env(name):
+                return True
+    return any(
+        is_device_hostpath(mapping_of(mapping_of(v).get("hostPath")).get("path"))
+        for v in list_of(spec.get("volumes"))
+    )

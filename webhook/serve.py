@@ -1,0 +1,202 @@
+"""`gpu-admission serve`: the admission webhook over HTTPS (gunicorn, threaded worker, keep-alive).
+
+Wires the layers together: cluster files or the embedded demo (or the live watch cache) become the
+snapshot source, certificates come from --cert-dir (made for development when absent), and gunicorn
+runs the Flask app. One worker process with threads is the default so that the in-process
+reservations are shared by every admission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+DEFAULT_NAMESPACE = "gpu-admission"
+DEFAULT_SERVICE = "gpu-admission"
+LIVE_SOURCE_MODULE = "webhook.cluster.source"
+
+log = logging.getLogger("webhook.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the admission webhook: POST /mutate and /validate (AdmissionReview v1), GET /healthz, /readyz "
+        "and /metrics, over HTTPS only. The default is ONE worker process with --threads threads, so the "
+        "reservations of admitted pods are shared by all admissions; several workers would each keep their "
+        "own and are refused with a static snapshot."
+    )
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="cluster objects (YAML/JSON files or directories, repeatable) to answer from; "
+        "default: the live cluster with --kubeconfig/--in-cluster, else the embedded demo",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="watch a live cluster with this kubeconfig")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
+    parser.add_argument("--in-cluster", action="store_true", help="watch the cluster this pod runs in")
+    parser.add_argument(
+        "--policy", metavar="FILE", help="policy YAML, re-read when it changes (default: built-in)"
+    )
+    parser.add_argument(
+        "--cert-dir",
+        default="certs",
+        metavar="DIR",
+        help="tls.crt and tls.key; a development CA and certificate are made here when absent "
+        "(default: certs)",
+    )
+    parser.add_argument(
+        "--bind", default="0.0.0.0:8443", metavar="HOST:PORT", help="listen address (default 0.0.0.0:8443)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1: reservations are in-process, keep one worker)",
+    )
+    parser.add_argument("--threads", type=int, default=8, metavar="N", help="threads per worker (default 8)")
+    parser.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    parser.add_argument(
+        "--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)"
+    )
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the webhook's own namespace, never admitted against (default: $POD_NAMESPACE, "
+        f"else {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--service",
+        default=DEFAULT_SERVICE,
+        metavar="NAME",
+        help="Service name in development certificates (default gpu-admission)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .server.app import ServerConfig, create_app
+    from .server.gunicorn_app import GunicornOptions, serve_forever
+    from .server.logs import configure_logging
+
+    configure_logging(args.log_level)
+    namespace = args.namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+    _check_numbers(args)
+    if args.policy:
+        from .policyfile import load_policy
+
+        load_policy(args.policy)  # a bad policy fails here, with the field named, before serving
+    tls_files = _tls_files(args, namespace)
+    source_factory = _source_factory(args, namespace)
+    options = GunicornOptions(
+        bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level
+    )
+
+    def app_factory() -> Any:
+        # Runs in the worker, after the fork: a live source starts its watch threads here.
+        config = ServerConfig(
+            source=source_factory(),
+            namespace=namespace,
+            policy_file=args.policy,
+            cert_file=tls_files.cert_file,
+        )
+        return create_app(config)
+
+    log.info(
+        "serving",
+        extra={
+            "bind": args.bind,
+            "workers": args.workers,
+            "threads": args.threads,
+            "namespace": namespace,
+            "tls_min": args.tls_min,
+        },
+    )
+    serve_forever(app_factory, options, tls_files)
+    return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1, got {args.workers}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be at least 1, got {args.threads}")
+    host, sep, port = args.bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--bind must be HOST:PORT, got {args.bind!r}")
+
+
+def _tls_files(args: argparse.Namespace, namespace: str) -> Any:
+    import ssl
+
+    from .certs import ensure_dev_certificates
+    from .server.tls import TlsFiles, build_context
+
+    paths, made = ensure_dev_certificates(Path(args.cert_dir), args.service, namespace)
+    if made:
+        log.warning(
+            "no certificate in %s: made a development CA and serving certificate; the CA is %s",
+            args.cert_dir,
+            paths.ca_cert.resolve(),
+        )
+    if args.client_ca and not Path(args.client_ca).is_file():
+        raise UserError(f"{args.client_ca}: --client-ca file not found")
+    files = TlsFiles(str(paths.cert), str(paths.key), args.client_ca, args.tls_min)
+    try:
+        build_context(files)
+    except (OSError, ssl.SSLError) as err:
+        raise UserError(f"{paths.cert}, {paths.key}: cannot load the certificate pair: {err}") from None
+    return files
+
+
+def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
+    """A callable making the snapshot source in the worker; static snapshots are loaded now, in the parent."""
+    from .server.source import StaticSource
+
+    live = bool(args.kubeconfig or args.in_cluster)
+    if live and not args.cluster:
+        if importlib.util.find_spec(LIVE_SOURCE_MODULE) is not None:
+            if args.workers > 1:
+                log.warning(
+                    "%d workers: each keeps its own watch cache and in-process reservations", args.workers
+                )
+            module = importlib.import_module(LIVE_SOURCE_MODULE)
+
+            def live_source() -> Any:
+                return module.build_source(
+                    kubeconfig=args.kubeconfig,
+                    context=args.context,
+                    in_cluster=args.in_cluster,
+                    namespace=namespace,
+                )
+
+            return live_source
+        log.warning(
+            "the live cluster source is not part of this installation; answering from the demo cluster"
+        )
+    if args.workers > 1:
+        raise UserError(
+            f"--workers {args.workers}: with a static snapshot each worker process would keep its own "
+            "reservations and admit past a quota; use --workers 1 with --threads instead"
+        )
+    from .cluster.files import demo_objects, load_cluster
+    from .cluster.translate import build_snapshot
+
+    if args.cluster:
+        objects, description = load_cluster(args.cluster), "cluster files " + ", ".join(args.cluster)
+    else:
+        objects, description = demo_objects(), "embedded demo cluster"
+    try:
+        snapshot = build_snapshot(objects)
+    except ValueError as err:
+        raise UserError(f"{description}: {err}") from None
+    source = StaticSource(snapshot, description=description)
+    return lambda: source

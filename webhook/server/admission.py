@@ -1,0 +1,246 @@
+"""From a parsed review to the answer: the fast path, the call into the core, metrics and the log line.
+
+Nothing here knows about Flask; `app.py` hands in the body and content type and sends back what
+`AdmissionHandler.handle` returns. An exception from the core becomes a denial with code 500: the
+process never dies on a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.model import Decision
+
+from . import review as rv
+from .logs import ADMISSION_LOGGER, admission_fields
+from .metrics import AdmissionMetrics
+from .policyholder import PolicyHolder
+from .source import SnapshotSource
+
+log = logging.getLogger(ADMISSION_LOGGER)
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+INVENTORY_GROUP = "gpu-admission.io"
+INVENTORY_RESOURCE = "gpuinventories"
+ALWAYS_EXCLUDED = ("kube-system",)
+HTTP_REASONS = {400: "BadRequest", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
+
+
+@dataclass(frozen=True)
+class AdmissionCore:
+    """The decision functions the server calls; injectable so the HTTP layer can be tested alone."""
+
+    mutate: Callable[..., Decision]
+    validate: Callable[..., Decision]
+    is_gpu_pod: Callable[[Mapping[str, Any]], bool]
+    check_inventory_write: Callable[[Mapping[str, Any]], Decision]
+
+
+def real_core() -> AdmissionCore:
+    """The allocation core's entry points (imported here, not at module load)."""
+    from webhook.core import admit
+    from webhook.core.resources import is_gpu_pod
+
+    return AdmissionCore(admit.mutate, admit.validate, is_gpu_pod, _check_inventory_write)
+
+
+def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
+    try:
+        from webhook.core.inventory_guard import check_inventory_write
+    except ImportError:
+        return Decision(allowed=True, reason="inventory-guard-unavailable", gpu_pod=False)
+    return check_inventory_write(request)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What goes back over HTTP: a status and a JSON body."""
+
+    http_status: int
+    body: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    response: rv.AdmissionResponse
+    verdict: str
+    reason: str
+    code: int
+
+
+class AdmissionHandler:
+    def __init__(
+        self,
+        *,
+        source: SnapshotSource,
+        policy: PolicyHolder,
+        core: AdmissionCore,
+        metrics: AdmissionMetrics,
+        namespace: str,
+    ) -> None:
+        self.source = source
+        self.policy = policy
+        self.core = core
+        self.metrics = metrics
+        self.excluded_namespaces = frozenset((*ALWAYS_EXCLUDED, namespace))
+
+    def handle(
+        self, endpoint: str, content_type: str | None, body: bytes, declared_length: int | None = None
+    ) -> Answer:
+        """Answer one request. `declared_length` (Content-Length) lets an oversized body be refused unread."""
+        started = time.perf_counter()
+        self.metrics.in_flight.inc()
+        try:
+            return self._handle(endpoint, content_type, body, declared_length, started)
+        finally:
+            self.metrics.in_flight.dec()
+
+    def _handle(
+        self,
+        endpoint: str,
+        content_type: str | None,
+        body: bytes,
+        declared_length: int | None,
+        started: float,
+    ) -> Answer:
+        try:
+            rv.check_content_type(content_type)
+            rv.check_length(declared_length)
+            incoming = rv.parse_review(body)
+        except rv.ReviewError as err:
+            return self._bad_request(endpoint, "", err, started)
+        try:
+            outcome = self._decide(endpoint, incoming)
+        except rv.ReviewError as err:
+            return self._bad_request(endpoint, incoming.uid, err, started)
+        except Exception:
+            self.metrics.errors.labels(endpoint).inc()
+            log.exception(
+                "unexpected error while deciding", extra={"endpoint": endpoint, "uid": incoming.uid}
+            )
+            message = f"internal error in the GPU admission webhook (request uid {incoming.uid}); see its log"
+            outcome = _Outcome(rv.errored(incoming.uid, 500, message), "error", "internal-error", 500)
+        elapsed = time.perf_counter() - started
+        self.metrics.duration.labels(endpoint, outcome.verdict).observe(elapsed)
+        self.metrics.decisions.labels(endpoint, outcome.verdict, outcome.reason).inc()
+        request = incoming.request
+        pod = _mapping(request.get("object"))
+        metadata = _mapping(pod.get("metadata"))
+        fields = admission_fields(
+            uid=incoming.uid,
+            namespace=_text(request.get("namespace")) or _text(metadata.get("namespace")),
+            pod=_text(metadata.get("name"))
+            or _text(metadata.get("generateName"))
+            or _text(request.get("name")),
+            operation=_text(request.get("operation")),
+            endpoint=endpoint,
+            verdict=outcome.verdict,
+            reason=outcome.reason,
+            code=outcome.code,
+            duration_ms=elapsed * 1000.0,
+            dry_run=incoming.dry_run,
+        )
+        log.info("admission", extra=fields)
+        return Answer(200, rv.envelope(incoming.api_version, outcome.response))
+
+    def _bad_request(self, endpoint: str, uid: str, err: rv.ReviewError, started: float) -> Answer:
+        self.metrics.bad_requests.labels(endpoint, str(err.http_status)).inc()
+        self.metrics.duration.labels(endpoint, "rejected").observe(time.perf_counter() - started)
+        log.warning(
+            "bad admission request: %s",
+            err.reason,
+            extra={"endpoint": endpoint, "uid": uid, "code": err.http_status},
+        )
+        return Answer(err.http_status, _status_body(err.http_status, err.reason))
+
+    def _decide(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        request = incoming.request
+        uid = incoming.uid
+        if _is_inventory(request):
+            if endpoint == "validate":
+                return _from_decision(uid, self.core.check_inventory_write(request), with_patch=False)
+            return _fast(uid, "not-a-pod")
+        if request.get("operation") != "CREATE":
+            return _fast(uid, "not-create")
+        if not _is_pod(request):
+            return _fast(uid, "not-a-pod")
+        pod = request.get("object")
+        if not isinstance(pod, dict):
+            raise rv.ReviewError(400, "missing request.object: a pod CREATE must carry the pod")
+        metadata = _mapping(pod.get("metadata"))
+        namespace = _text(request.get("namespace")) or _text(metadata.get("namespace"))
+        if namespace in self.excluded_namespaces:
+            return _fast(uid, "excluded-namespace")
+        if MIRROR_ANNOTATION in _mapping(metadata.get("annotations")):
+            return _fast(uid, "mirror-pod")
+        if not self.core.is_gpu_pod(pod):
+            return _fast(uid, "no-gpu-request")
+        policy = self.policy.get()
+        if endpoint == "mutate":
+            decision = self.core.mutate(pod, self.source.snapshot(), policy, namespace=namespace or None)
+            return _from_decision(uid, decision, with_patch=True)
+        pod_uid = _text(metadata.get("uid")) or uid
+        validate = self.core.validate
+
+        def decide(snapshot: Any) -> Decision:
+            return validate(pod, snapshot, policy, namespace=namespace or None)
+
+        decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
+        return _from_decision(uid, decision, with_patch=False)
+
+
+def _fast(uid: str, reason: str) -> _Outcome:
+    return _Outcome(rv.allowed(uid), "allowed", reason, 200)
+
+
+def _from_decision(uid: str, decision: Decision, *, with_patch: bool) -> _Outcome:
+    if decision.allowed:
+        response = rv.patched(uid, decision.patch) if with_patch else rv.allowed(uid)
+        verdict, code = "allowed", 200
+    else:
+        code = decision.code if 400 <= decision.code <= 599 else 403
+        response = rv.denied(uid, code, decision.message, decision.reason)
+        verdict = "denied"
+    return _Outcome(rv.with_warnings(response, decision.warnings), verdict, decision.reason, code)
+
+
+def _is_inventory(request: Mapping[str, Any]) -> bool:
+    resource = _mapping(request.get("resource"))
+    return resource.get("group") == INVENTORY_GROUP and resource.get("resource") == INVENTORY_RESOURCE
+
+
+def _is_pod(request: Mapping[str, Any]) -> bool:
+    """A pod itself (not a subresource such as pods/binding or pods/eviction)."""
+    if request.get("subResource"):
+        return False
+    resource = request.get("resource")
+    if isinstance(resource, dict):
+        return resource.get("group") == "" and resource.get("resource") == "pods"
+    kind = request.get("kind")
+    if isinstance(kind, dict):
+        return kind.get("group") == "" and kind.get("kind") == "Pod"
+    return _mapping(request.get("object")).get("kind") == "Pod"
+
+
+def _status_body(http_status: int, reason: str) -> dict[str, Any]:
+    """A Kubernetes `Status` object, the API machinery's own shape for an HTTP error."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": http_status,
+        "reason": HTTP_REASONS.get(http_status, "BadRequest"),
+        "message": reason,
+    }
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,113 @@
+"""The Flask app factory and its blueprints: admission (/mutate, /validate) and probes (health, metrics).
+
+Everything the app needs arrives in `ServerConfig`; nothing is read from the environment or from
+module globals, so tests build as many independent apps as they like.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, request
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .admission import AdmissionCore, AdmissionHandler, Answer, real_core
+from .metrics import AdmissionMetrics
+from .policyholder import PolicyHolder
+from .review import MAX_BODY_BYTES
+from .source import SnapshotSource
+
+EXTENSION = "gpu_admission"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    source: SnapshotSource
+    """Where the cluster picture comes from and where reservations go."""
+    namespace: str = "gpu-admission"
+    """The server's own namespace: its pods are always allowed unchanged (as are kube-system's)."""
+    policy_file: str | None = None
+    """The policy YAML, re-read when it changes; None: the default policy."""
+    cert_file: str | None = None
+    """The serving certificate, for the expiry metric; None: no such metric."""
+    core: AdmissionCore | None = None
+    """The decision functions; None: the real allocation core."""
+    policy: PolicyHolder | None = None
+    """A ready-made policy holder (tests); overrides `policy_file`."""
+
+
+def create_app(config: ServerConfig) -> Flask:
+    app = Flask("webhook.server")
+    app.config["MAX_CONTENT_LENGTH"] = None  # the admission handler enforces its own limit (413)
+    metrics = AdmissionMetrics(config.source, config.cert_file)
+    policy = config.policy or PolicyHolder(
+        config.policy_file, on_failure=lambda _message: metrics.policy_reload_failures.inc()
+    )
+    handler = AdmissionHandler(
+        source=config.source,
+        policy=policy,
+        core=config.core or real_core(),
+        metrics=metrics,
+        namespace=config.namespace,
+    )
+    app.extensions[EXTENSION] = handler
+    app.register_blueprint(admission_blueprint())
+    app.register_blueprint(probes_blueprint())
+    return app
+
+
+def handler_of(app: Flask) -> AdmissionHandler:
+    found: AdmissionHandler = app.extensions[EXTENSION]
+    return found
+
+
+def admission_blueprint() -> Blueprint:
+    bp = Blueprint("admission", __name__)
+
+    @bp.post("/mutate")
+    def mutate() -> Response:
+        return _admit("mutate")
+
+    @bp.post("/validate")
+    def validate() -> Response:
+        return _admit("validate")
+
+    return bp
+
+
+def probes_blueprint() -> Blueprint:
+    bp = Blueprint("probes", __name__)
+
+    @bp.get("/healthz")
+    def healthz() -> Response:
+        """Alive: the process answers HTTP. Deliberately checks nothing else."""
+        return Response("ok\n", 200, mimetype="text/plain")
+
+    @bp.get("/readyz")
+    def readyz() -> Response:
+        ready, why = handler_of(current_app).source.ready()
+        return Response(
+            f"{'ok' if ready else 'not ready'}: {why}\n", 200 if ready else 503, mimetype="text/plain"
+        )
+
+    @bp.get("/metrics")
+    def metrics() -> Response:
+        return Response(handler_of(current_app).metrics.exposition(), 200, content_type=CONTENT_TYPE_LATEST)
+
+    return bp
+
+
+def _admit(endpoint: str) -> Response:
+    length = request.content_length
+    # An oversized body is refused unread; otherwise read at most one byte past the limit.
+    body = b"" if length is not None and length > MAX_BODY_BYTES else request.stream.read(MAX_BODY_BYTES + 1)
+    return _json(handler_of(current_app).handle(endpoint, request.content_type, body, length))
+
+
+def _json(answer: Answer) -> Response:
+    payload: Any = answer.body
+    return Response(
+        json.dumps(payload, separators=(",", ":")), answer.http_status, mimetype="application/json"
+    )

@@ -1,0 +1,100 @@
+"""Running the app under gunicorn from Python: threaded workers, keep-alive, TLS with live reload.
+
+The defaults are one worker process with threads: in-process reservations then live in one place,
+so every admission sees the pods admitted just before it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
+from gunicorn.glogging import Logger  # type: ignore[import-untyped]
+
+from .logs import JsonFormatter
+from .tls import ReloadingContext, TlsFiles
+
+KEEPALIVE_SECONDS = 75  # longer than the API server's idle connection reuse, so connections stay warm
+
+
+@dataclass(frozen=True)
+class GunicornOptions:
+    bind: str = "0.0.0.0:8443"
+    workers: int = 1
+    threads: int = 8
+    keepalive: int = KEEPALIVE_SECONDS
+    timeout: int = 30
+    """Seconds a worker may stay silent before the arbiter restarts it (threads keep it talking)."""
+    graceful_timeout: int = 10
+    log_level: str = "info"
+    backlog: int = 2048
+    max_requests: int = 0
+    """Recycle a worker after this many requests (0: never; recycling would drop in-process reservations)."""
+
+
+def gunicorn_settings(options: GunicornOptions, tls: ReloadingContext | None) -> dict[str, Any]:
+    """The gunicorn settings for these options (plain HTTP when `tls` is None: tests and benchmarks only)."""
+    settings: dict[str, Any] = {
+        "bind": [options.bind],
+        "workers": options.workers,
+        "threads": options.threads,
+        "worker_class": "gthread",
+        "keepalive": options.keepalive,
+        "timeout": options.timeout,
+        "graceful_timeout": options.graceful_timeout,
+        "loglevel": options.log_level,
+        "backlog": options.backlog,
+        "max_requests": options.max_requests,
+        "accesslog": None,  # the app writes one structured line per admission instead
+        "logger_class": JsonLogger,
+        "errorlog": "-",
+        "proc_name": "gpu-admission",
+        # Heartbeat files in memory: works with a read-only root filesystem.
+        "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,
+        "forwarded_allow_ips": "",
+    }
+    if tls is not None:
+        settings["certfile"] = tls.files.cert_file
+        settings["keyfile"] = tls.files.key_file
+        settings["ssl_context"] = tls.gunicorn_hook
+    return settings
+
+
+class JsonLogger(Logger):  # type: ignore[misc]
+    """gunicorn's own messages as JSON lines too; no access log (the app logs each admission)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(JsonFormatter())
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None
+
+
+class AdmissionServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn driven programmatically: the app is built by `app_factory` inside each worker."""
+
+    def __init__(self, app_factory: Callable[[], Any], settings: dict[str, Any]) -> None:
+        self._app_factory = app_factory
+        self._settings = settings
+        super().__init__()
+
+    def load_config(self) -> None:
+        assert self.cfg is not None
+        for key, value in self._settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._app_factory()
+
+
+def serve_forever(
+    app_factory: Callable[[], Any], options: GunicornOptions, tls_files: TlsFiles | None
+) -> None:
+    """Run until SIGTERM/SIGINT; gunicorn owns the process from here."""
+    tls = ReloadingContext(tls_files) if tls_files is not None else None
+    AdmissionServer(app_factory, gunicorn_settings(options, tls)).run()

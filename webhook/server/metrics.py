@@ -1,0 +1,203 @@
+"""Prometheus metrics of one app, in its own registry (two apps in one process never collide).
+
+Request metrics are updated as admissions happen; cluster gauges (quota, GPUs, snapshot age,
+certificate expiry) are computed from the snapshot source when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from webhook.core.model import QuotaLimits, Snapshot
+
+from .source import SnapshotSource
+
+# Admissions answer in milliseconds; the API server gives up after its timeout (5 s in the chart).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+QUOTA_KEYS = (
+    ("gpus", "requests.nvidia.com/gpu"),
+    ("memory_mib", "limits.nvidia.com/gpumem"),
+    ("cores", "limits.nvidia.com/gpucores"),
+)
+
+
+class AdmissionMetrics:
+    """The request-side metrics; `exposition()` renders everything registered, cluster gauges included."""
+
+    def __init__(self, source: SnapshotSource, cert_file: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.duration = Histogram(
+            "gpu_admission_request_duration_seconds",
+            "Time to answer an admission request, by endpoint and result (allowed, denied, error, rejected).",
+            ["endpoint", "result"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "gpu_admission_decisions_total",
+            "Admission answers by endpoint, verdict and reason.",
+            ["endpoint", "verdict", "reason"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "gpu_admission_requests_in_flight",
+            "Admission requests being answered now.",
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "gpu_admission_errors_total",
+            "Unexpected exceptions while deciding, answered as a denial with code 500.",
+            ["endpoint"],
+            registry=self.registry,
+        )
+        self.bad_requests = Counter(
+            "gpu_admission_bad_requests_total",
+            "Malformed requests answered with an HTTP 4xx, by endpoint and status.",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
+        self.policy_reload_failures = Counter(
+            "gpu_admission_policy_reload_failures_total",
+            "Policy file changes that could not be loaded (the previous policy stays in force).",
+            registry=self.registry,
+        )
+        self.registry.register(ClusterCollector(source, cert_file))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ClusterCollector(Collector):
+    """Gauges read from the snapshot at scrape time, so they are never out of date."""
+
+    def __init__(self, source: SnapshotSource, cert_file: str | None) -> None:
+        self._source = source
+        self._expiry = CertificateExpiry(cert_file) if cert_file else None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        age = GaugeMetricFamily(
+            "gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed."
+        )
+        age.add_metric([], self._source.age_seconds())
+        yield age
+        snapshot = self._source.snapshot()
+        yield from quota_metrics(snapshot)
+        yield from gpu_metrics(snapshot)
+        if self._expiry is not None:
+            remaining = self._expiry.seconds_left()
+            if remaining is not None:
+                cert = GaugeMetricFamily(
+                    "gpu_admission_certificate_expiry_seconds",
+                    "Seconds until the serving certificate expires (negative once expired).",
+                )
+                cert.add_metric([], remaining)
+                yield cert
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+def quota_metrics(snapshot: Snapshot) -> Iterator[GaugeMetricFamily]:
+    used = GaugeMetricFamily(
+        "gpu_admission_quota_used",
+        "GPU quota used per namespace and quota key.",
+        labels=["namespace", "resource"],
+    )
+    limit = GaugeMetricFamily(
+        "gpu_admission_quota_limit",
+        "GPU quota limit per namespace and quota key (the tightest ResourceQuota).",
+        labels=["namespace", "resource"],
+    )
+    for namespace in sorted(snapshot.quotas):
+        quotas = snapshot.quotas[namespace]
+        usage = snapshot.namespace_usage.get(namespace)
+        for field_name, key in QUOTA_KEYS:
+            tightest = _tightest(quotas, field_name)
+            if tightest is None:
+                continue
+            limit.add_metric([namespace, key], tightest)
+            used.add_metric([namespace, key], getattr(usage, field_name, 0) if usage else 0)
+    yield used
+    yield limit
+
+
+def gpu_metrics(snapshot: Snapshot) -> Iterator[GaugeMetricFamily]:
+    allocated: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for name, node in snapshot.nodes.items():
+        node_usage = snapshot.usage.get(name)
+        for position, gpu in enumerate(node.gpus):
+            busy = False
+            if node_usage is not None and position < len(node_usage.gpus):
+                u = node_usage.gpus[position]
+                busy = u.exclusive or u.tasks > 0 or u.memory_mib > 0 or u.cores > 0
+            allocated.setdefault(gpu.model, 0)
+            free.setdefault(gpu.model, 0)
+            if busy:
+                allocated[gpu.model] += 1
+            elif gpu.healthy and not node.unschedulable:
+                free[gpu.model] += 1
+    family_allocated = GaugeMetricFamily(
+        "gpu_admission_gpus_allocated",
+        "GPUs with at least one task or reservation, per model.",
+        labels=["model"],
+    )
+    family_free = GaugeMetricFamily(
+        "gpu_admission_gpus_free",
+        "Healthy GPUs on schedulable nodes with nothing on them, per model.",
+        labels=["model"],
+    )
+    for model in sorted(allocated):
+        family_allocated.add_metric([model], allocated[model])
+        family_free.add_metric([model], free[model])
+    yield family_allocated
+    yield family_free
+
+
+def _tightest(quotas: tuple[QuotaLimits, ...], field_name: str) -> int | None:
+    values = [getattr(q, field_name) for q in quotas if getattr(q, field_name) is not None]
+    return min(values) if values else None
+
+
+class CertificateExpiry:
+    """Reads the serving certificate's notAfter, again only when the file changes."""
+
+    def __init__(self, path: str, now: Callable[[], datetime.datetime] | None = None) -> None:
+        self._path = path
+        self._now = now or (lambda: datetime.datetime.now(datetime.UTC))
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._not_after: datetime.datetime | None = None
+
+    def seconds_left(self) -> float | None:
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                self._not_after = _not_after(self._path)
+                self._stamp = stamp
+            not_after = self._not_after
+        if not_after is None:
+            return None
+        return (not_after - self._now()).total_seconds()
+
+
+def _not_after(path: str) -> datetime.datetime | None:
+    from cryptography import x509
+
+    try:
+        with open(path, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+    except (OSError, ValueError):
+        return None
+    return cert.not_valid_after_utc

@@ -1,0 +1,111 @@
+"""Where the server's cluster picture comes from, and how an admitted pod is counted before it runs.
+
+`SnapshotSource` is the one interface between the HTTP layer and cluster state: a static source
+(files, the demo cluster) lives here; the live watch cache implements the same protocol elsewhere.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from webhook.core.model import Allocation, Decision, Snapshot
+
+Decide = Callable[[Snapshot], Decision]
+AddAllocation = Callable[[Snapshot, str, Allocation], Snapshot]
+
+
+@runtime_checkable
+class SnapshotSource(Protocol):
+    def snapshot(self) -> Snapshot:
+        """The current picture, reservations included. Cheap: called for every admission."""
+        ...
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether admissions may be answered from it, and why (for /readyz)."""
+        ...
+
+    def age_seconds(self) -> float:
+        """Seconds since the picture last changed from the cluster's side."""
+        ...
+
+    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+        """Atomically decide against the current picture and, when allowed, reserve what was decided.
+
+        A reservation is taken only when the decision allows the pod with an allocation and this is not
+        a dry run. Two racing commits can never both take the last of a quota.
+        """
+        ...
+
+
+def _default_with_allocation(snapshot: Snapshot, namespace: str, allocation: Allocation) -> Snapshot:
+    from webhook.core.state import with_allocation
+
+    return with_allocation(snapshot, namespace, allocation)
+
+
+class StaticSource:
+    """A fixed snapshot plus in-process reservations keyed by pod UID.
+
+    Reservations live in this process only: serve it from one worker process (with threads), so every
+    admission sees the pods admitted before it. Nothing ever releases them; this source is meant for
+    demos, tests and offline checks, where the cluster never moves.
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        description: str = "static snapshot",
+        clock: Callable[[], float] = time.monotonic,
+        add_allocation: AddAllocation = _default_with_allocation,
+    ) -> None:
+        self._base = snapshot
+        self._current = snapshot
+        self._description = description
+        self._clock = clock
+        self._loaded_at = clock()
+        self._add_allocation = add_allocation
+        self._reservations: dict[str, tuple[str, Allocation]] = {}
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        return self._current
+
+    def ready(self) -> tuple[bool, str]:
+        return (
+            True,
+            f"{self._description}: {len(self._base.nodes)} nodes, {len(self._reservations)} reservations",
+        )
+
+    def age_seconds(self) -> float:
+        return max(0.0, self._clock() - self._loaded_at)
+
+    def reservations(self) -> dict[str, tuple[str, Allocation]]:
+        """A copy of the reservations taken so far: pod UID -> (namespace, allocation)."""
+        with self._lock:
+            return dict(self._reservations)
+
+    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+        with self._lock:
+            seen_before = uid in self._reservations
+            # The same pod seen again (a retried call) is judged without counting it twice.
+            view = self._rebuild(exclude=uid) if seen_before else self._current
+            decision = decide(view)
+            if dry_run or not uid or not decision.allowed or decision.allocation is None:
+                return decision
+            self._reservations[uid] = (namespace, decision.allocation)
+            if seen_before:
+                self._current = self._rebuild(exclude=None)
+            else:
+                self._current = self._add_allocation(view, namespace, decision.allocation)
+            return decision
+
+    def _rebuild(self, exclude: str | None) -> Snapshot:
+        snapshot = self._base
+        for uid, (namespace, allocation) in self._reservations.items():
+            if uid != exclude:
+                snapshot = self._add_allocation(snapshot, namespace, allocation)
+        return snapshot

@@ -1,0 +1,170 @@
+"""The FGD paper's procedure: shuffle, resample to `tune` x capacity, place one at a time, never depart.
+
+Placement goes through `webhook.core.placement` exactly as the webhook calls it (place, commit, and the
+index kept up to date in place), so what is measured here is what the cluster would do.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..core.fragmentation import learn_mix
+from ..core.model import GpuUsage, Node, NodeUsage, PodRequest
+from ..core.placement import NodeIndex, PlacementContext, commit, place
+from .trace import TracePod, to_request
+
+DEFAULT_TUNE = 1.3
+# After how many arrived pods the learned workload mix is refreshed: often at first, then every 1024.
+LEARN_FIRST = 64
+LEARN_EVERY = 1024
+
+
+@dataclass(frozen=True)
+class Run:
+    """One policy on one seed: after each pod, the GPU thousandths arrived so far and allocated now."""
+
+    policy: str
+    seed: int
+    capacity_milli: int
+    arrived: array  # type: ignore[type-arg]
+    allocated: array  # type: ignore[type-arg]
+    failed: int
+    seconds: float
+
+    @property
+    def pods(self) -> int:
+        return len(self.arrived)
+
+    def allocated_at(self, arrived_milli: float) -> float | None:
+        """Allocated thousandths when the arrived request reached `arrived_milli` (linear in between pods)."""
+        if arrived_milli <= 0:
+            return 0.0
+        i = bisect_left(self.arrived, arrived_milli)
+        if i >= len(self.arrived):
+            return None
+        a1, u1 = self.arrived[i], self.allocated[i]
+        if a1 == arrived_milli:
+            return float(u1)
+        a0, u0 = (self.arrived[i - 1], self.allocated[i - 1]) if i else (0, 0)
+        return u0 + (u1 - u0) * (arrived_milli - a0) / (a1 - a0)
+
+    def unallocated_pct(self, arrived_pct: float) -> float | None:
+        """100 - allocated % of capacity, when the arrived request is `arrived_pct` % of capacity."""
+        allocated = self.allocated_at(arrived_pct * self.capacity_milli / 100)
+        return None if allocated is None else 100.0 - 100.0 * allocated / self.capacity_milli
+
+
+def capacity_milli(nodes: Sequence[Node]) -> int:
+    """The cluster's GPU capacity in thousandths of a card (healthy cards only)."""
+    return 1000 * sum(1 for n in nodes for g in n.gpus if g.healthy)
+
+
+def workload(pods: Sequence[TracePod], capacity: int, seed: int, tune: float = DEFAULT_TUNE) -> list[TracePod]:
+    """The arrival order for one seed: the trace shuffled, then trimmed or topped up with random draws
+    (with replacement) so that the total GPU request comes to `tune` x capacity without passing it."""
+    rng = random.Random(seed)
+    order = list(pods)
+    rng.shuffle(order)
+    target = tune * capacity
+    total = sum(p.gpu_milli for p in order)
+    while total > target and order:
+        total -= order.pop(rng.randrange(len(order))).gpu_milli
+    if total < target and any(p.gpu_milli for p in pods):
+        while True:
+            extra = pods[rng.randrange(len(pods))]
+            if total + extra.gpu_milli > target:
+                break
+            order.append(extra)
+            total += extra.gpu_milli
+    return order
+
+
+def empty_usage(node: Node) -> NodeUsage:
+    return NodeUsage(gpus=tuple(GpuUsage() for _ in node.gpus))
+
+
+def overcommitted(node: Node, usage: NodeUsage) -> list[str]:
+    """What is over-committed on the node (empty when nothing is): the simulator's invariant."""
+    problems: list[str] = []
+    if len(usage.gpus) != len(node.gpus):
+        problems.append(f"{node.name}: usage has {len(usage.gpus)} GPUs, node {len(node.gpus)}")
+    for gpu, used in zip(node.gpus, usage.gpus, strict=False):
+        if used.cores > 100:
+            problems.append(f"{node.name}: GPU {gpu.index}: cores {used.cores} > 100")
+        if used.memory_mib > gpu.memory_mib:
+            problems.append(f"{node.name}: GPU {gpu.index}: memory {used.memory_mib} > {gpu.memory_mib} MiB")
+        if used.exclusive and used.tasks > 1:
+            problems.append(f"{node.name}: GPU {gpu.index}: held exclusively by {used.tasks} tasks")
+    if node.cpu_milli and usage.cpu_milli > node.cpu_milli:
+        problems.append(f"{node.name}: cpu {usage.cpu_milli} > {node.cpu_milli} millicores")
+    if node.memory_mib and usage.memory_mib > node.memory_mib:
+        problems.append(f"{node.name}: memory {usage.memory_mib} > {node.memory_mib} MiB")
+    return problems
+
+
+class InvariantError(AssertionError):
+    """A placement over-committed a node: a bug in the placement core, never bad input."""
+
+
+def replay(
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    policy: str,
+    seed: int,
+    *,
+    learn: bool = True,
+    check: bool = False,
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 256,
+) -> Run:
+    """Place `arrivals` one at a time with `policy`; a pod that fits nowhere fails and is not retried."""
+    by_name: Mapping[str, Node] = {n.name: n for n in nodes}
+    index = NodeIndex.build(by_name, {n.name: empty_usage(n) for n in nodes})
+    ctx = PlacementContext(policy=policy, limit=1, seed=seed)
+    requests: dict[int, PodRequest] = {}
+    seen: list[PodRequest] = []
+    arrived_log = array("q")
+    allocated_log = array("q")
+    arrived = allocated = failed = 0
+    next_learn = LEARN_FIRST
+    started = time.perf_counter()
+    for i, pod in enumerate(arrivals, 1):
+        request = requests.get(id(pod))
+        if request is None:
+            request = requests[id(pod)] = to_request(pod)
+        arrived += pod.gpu_milli
+        if learn and request.gpus:
+            seen.append(request)
+            if len(seen) >= next_learn:
+                ctx = replace(ctx, workload_mix=learn_mix(seen))
+                next_learn = next_learn * 2 if next_learn < LEARN_EVERY else next_learn + LEARN_EVERY
+        best = place(request, index, ctx).best
+        if best is None:
+            failed += 1
+        else:
+            node = by_name[best.node]
+            after = commit(index.usage(best.node), best, request, node)
+            if check and (problems := overcommitted(node, after)):
+                raise InvariantError(f"pod {pod.name} ({i}): " + "; ".join(problems))
+            index.apply(best.node, after)
+            allocated += pod.gpu_milli
+        arrived_log.append(arrived)
+        allocated_log.append(allocated)
+        if progress is not None and i % progress_every == 0:
+            progress(progress_every)
+    if progress is not None and len(arrivals) % progress_every:
+        progress(len(arrivals) % progress_every)
+    return Run(
+        policy=policy,
+        seed=seed,
+        capacity_milli=capacity_milli(nodes),
+        arrived=arrived_log,
+        allocated=allocated_log,
+        failed=failed,
+        seconds=time.perf_counter() - started,
+    )

@@ -55,15 +55,20 @@ class GpuCollector(Collector):
                 labels=GPU_LABELS,
             ),
         }
-        up = GaugeMetricFamily("gpu_admission_agent_nvml_up", "1 when NVML answered this scrape")
+        up = GaugeMetricFamily(
+            "gpu_admission_agent_nvml_up", "1 when NVML answered this scrape for every GPU"
+        )
+        answered = True
         try:
             count = int(nvml.nvmlDeviceGetCount())
-            for index in range(count):
-                self._collect_gpu(index, families)
         except nvml.NVMLError:
-            up.add_metric([], 0)
-        else:
-            up.add_metric([], 1)
+            count, answered = 0, False
+        for index in range(count):
+            try:
+                self._collect_gpu(index, families)
+            except nvml.NVMLError:  # a GPU lost mid-scrape: the others are still worth reporting
+                answered = False
+        up.add_metric([], 1 if answered else 0)
         yield up
         yield from families.values()
 

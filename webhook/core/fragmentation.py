@@ -32,6 +32,7 @@ MILLI = 1000  # one whole GPU
 TIE_BREAK = 1e-4
 # Weigh each kind of task by the GPU capacity it asks for (count x GPUs x share), not by count alone.
 WEIGHT_BY_CAPACITY = True
+FILL = True
 # Shapes kept when learning a mix: the most frequent ones covering this share of the weight.
 MIX_COVERAGE = 0.99
 MIX_MAX_SHAPES = 48
@@ -201,7 +202,22 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
         return 0.0
     expected = 0.0
     for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
-        if cpu < cpu_need or memory < memory_need or (models and not any(m in model for m in models)):
+        if models and not any(m in model for m in models):
+            expected += weight * total
+            continue
+        if FILL:
+            # How many such tasks the node could still take, were it filled with them alone.
+            if gpus == 1:
+                tasks = sum(f // milli for f in free)
+            else:
+                tasks = sum(1 for f in free if f >= milli) // gpus
+            if cpu_need:
+                tasks = min(tasks, cpu // cpu_need)
+            if memory_need:
+                tasks = min(tasks, memory // memory_need)
+            expected += weight * (total - tasks * gpus * milli)
+            continue
+        if cpu < cpu_need or memory < memory_need:
             expected += weight * total
             continue
         fitting = 0

@@ -1,9 +1,13 @@
-"""JSONPatch operations that write a decision into a pod. Every operation is conditional on the pod's
-current content, so applying the mutation to an already-mutated pod yields no operations.
+"""JSONPatch operations that write a decision into a pod.
+
+Every operation is an `add` of a whole value (RFC 6902 `add` replaces an existing member), computed
+from the pod's current content. So the patch is idempotent twice over: applying it a second time
+changes nothing, and mutating an already-mutated pod yields no operations at all.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Mapping
 
@@ -12,6 +16,8 @@ from .model import Allocation, ContainerRequest, PodRequest
 from .record import ANNOTATION, allocation_to_json
 
 MANAGED_LABEL = "gpu-admission.io/managed"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 Op = dict[str, Any]
 
 
@@ -20,15 +26,21 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _list_of(container: Mapping[str, Any], key: str) -> list[Any]:
-    value = container.get(key)
-    return value if isinstance(value, list) else []
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _container(pod: Mapping[str, Any], c: ContainerRequest) -> Mapping[str, Any]:
-    spec = pod.get("spec") or {}
-    items = spec.get("initContainers" if c.init else "containers") or []
-    return items[c.index] if c.index < len(items) and isinstance(items[c.index], Mapping) else {}
+    items = _map(pod.get("spec")).get("initContainers" if c.init else "containers") or []
+    return _map(items[c.index]) if c.index < len(items) else {}
+
+
+def _base(c: ContainerRequest) -> tuple[str | int, ...]:
+    return ("spec", "initContainers" if c.init else "containers", c.index)
+
+
+def _set(path: tuple[str | int, ...], old: Any, new: Any) -> list[Op]:
+    return [] if old == new else [{"op": "add", "path": pointer(*path), "value": new}]
 
 
 def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str) -> list[Op]:
@@ -37,18 +49,12 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
     for c in request.containers:
         if c.gpu is None or c.gpu.count <= 0:
             continue
-        container = _container(pod, c)
-        base = ("spec", "initContainers" if c.init else "containers", c.index)
-        wanted = limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores)
-        existing = _list_of(container, "env")
-        have = {e.get("name"): e.get("value") for e in existing if isinstance(e, Mapping)}
-        missing = [{"name": n, "value": v} for n, v in wanted if have.get(n) != v]
-        if not missing:
-            continue
-        if "env" not in container or not isinstance(container.get("env"), list):
-            ops.append({"op": "add", "path": pointer(*base, "env"), "value": missing})
-        else:
-            ops.extend({"op": "add", "path": pointer(*base, "env", "-"), "value": e} for e in missing)
+        existing = _container(pod, c).get("env")
+        env = [copy.deepcopy(e) for e in existing] if isinstance(existing, list) else []
+        for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
+            if not any(isinstance(e, Mapping) and e.get("name") == name and e.get("value") == value for e in env):
+                env.append({"name": name, "value": value})
+        ops += _set((*_base(c), "env"), existing, env)
     return ops
 
 
@@ -57,115 +63,78 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     device count is there for the device plugin (`nvidia.com/gpu: 1` when only memory/cores were given)."""
     ops: list[Op] = []
     for c in request.containers:
-        container = _container(pod, c)
-        resources = container.get("resources") if isinstance(container.get("resources"), Mapping) else {}
-        base = ("spec", "initContainers" if c.init else "containers", c.index, "resources")
+        old = _container(pod, c).get("resources")
+        resources = {k: copy.deepcopy(v) for k, v in _map(old).items()}
         for section in ("limits", "requests"):
-            values = resources.get(section) if isinstance(resources.get(section), Mapping) else {}
-            ops.extend(
-                {"op": "remove", "path": pointer(*base, section, name)} for name in c.moved_resources if name in values
-            )
-        if c.gpu is None or c.gpu.count <= 0 or not c.moved_resources:
+            if isinstance(resources.get(section), Mapping):
+                resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
+        count_name = count_resource.get(c.gpu.vendor) if c.gpu is not None else None
+        if c.gpu is not None and c.gpu.count > 0 and c.moved_resources and count_name:
+            limits = dict(_map(resources.get("limits")))
+            limits.setdefault(count_name, str(c.gpu.count))
+            resources["limits"] = limits
+        if old is None and not resources:
             continue
-        count_name = count_resource.get(c.gpu.vendor)
-        limits = resources.get("limits") if isinstance(resources.get("limits"), Mapping) else None
-        if count_name is None or (limits is not None and count_name in limits):
-            continue
-        value = str(c.gpu.count)
-        if not resources:
-            ops.append({"op": "add", "path": pointer(*base), "value": {"limits": {count_name: value}}})
-        elif limits is None:
-            ops.append({"op": "add", "path": pointer(*base, "limits"), "value": {count_name: value}})
-        else:
-            ops.append({"op": "add", "path": pointer(*base, "limits", count_name), "value": value})
+        ops += _set((*_base(c), "resources"), old, resources)
     return ops
+
+
+def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:
+    same_key = have.get("key") == tol.get("key") or (not have.get("key") and have.get("operator") == "Exists")
+    same_effect = not have.get("effect") or have.get("effect") == tol.get("effect")
+    same_value = have.get("operator") == "Exists" or have.get("value") == tol.get("value")
+    return same_key and same_effect and same_value
 
 
 def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> list[Op]:
-    """Add each wanted toleration unless an identical one (or an Exists on the same key) is there."""
-    spec = pod.get("spec") or {}
-    existing = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else None
-    have = [t for t in existing or [] if isinstance(t, Mapping)]
-
-    def covered(tol: Mapping[str, Any]) -> bool:
-        for t in have:
-            same_key = t.get("key") == tol.get("key") or (not t.get("key") and t.get("operator") == "Exists")
-            same_effect = not t.get("effect") or t.get("effect") == tol.get("effect")
-            if same_key and same_effect and (t.get("operator") == "Exists" or t.get("value") == tol.get("value")):
-                return True
-        return False
-
-    missing: list[Mapping[str, Any]] = []
+    """Add each wanted toleration unless one already tolerates the same taint; never duplicate."""
+    existing = _map(pod.get("spec")).get("tolerations")
+    tolerations = [copy.deepcopy(t) for t in existing] if isinstance(existing, list) else []
     for tol in wanted:
-        if not covered(tol) and tol not in missing:
-            missing.append(dict(tol))
-    if not missing:
+        if not any(isinstance(t, Mapping) and _covers(t, tol) for t in tolerations):
+            tolerations.append(dict(tol))
+    if not tolerations:
         return []
-    if existing is None:
-        return [{"op": "add", "path": "/spec/tolerations", "value": missing}]
-    return [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]
+    return _set(("spec", "tolerations"), existing, tolerations)
 
 
 def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred: list[str]) -> list[Op]:
-    """AND `required` (a node selector requirement) into every existing required term, and add
-    preferred terms ranking `preferred` nodes (best first)."""
-    spec = pod.get("spec") or {}
-    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), Mapping) else None
-    node_aff = (affinity or {}).get("nodeAffinity") if isinstance((affinity or {}).get("nodeAffinity"), Mapping) else None
-    req_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    pref_key = "preferredDuringSchedulingIgnoredDuringExecution"
+    """AND `required` (a node selector requirement) into every required term the pod already has, and
+    add preferred terms ranking the `preferred` nodes, best first."""
+    spec = _map(pod.get("spec"))
+    old = spec.get("affinity")
+    affinity = copy.deepcopy(dict(_map(old)))
+    node_aff = dict(_map(affinity.get("nodeAffinity")))
     field = "matchFields" if required.get("key") == "metadata.name" else "matchExpressions"
-    pref_terms = [
-        {"weight": max(100 - 10 * i, 1), "preference": {"matchFields": [
+    terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")
+    terms = [dict(_map(t)) for t in terms] if isinstance(terms, list) and terms else [{}]
+    for term in terms:
+        items = list(term.get(field) or [])
+        if dict(required) not in items:
+            items.append(dict(required))
+        term[field] = items
+    node_aff[REQUIRED] = {**_map(node_aff.get(REQUIRED)), "nodeSelectorTerms": terms}
+    prefs = list(node_aff.get(PREFERRED) or [])
+    for i, name in enumerate(preferred):
+        term = {"weight": max(100 - 10 * i, 1), "preference": {"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [name]}]}}
-        for i, name in enumerate(preferred)
-    ]
-    if node_aff is None:
-        value: dict[str, Any] = {req_key: {"nodeSelectorTerms": [{field: [dict(required)]}]}}
-        if pref_terms:
-            value[pref_key] = pref_terms
-        if affinity is None:
-            return [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": value}}]
-        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": value}]
-    ops: list[Op] = []
-    base = ("spec", "affinity", "nodeAffinity")
-    selector = node_aff.get(req_key) if isinstance(node_aff.get(req_key), Mapping) else None
-    terms = selector.get("nodeSelectorTerms") if selector and isinstance(selector.get("nodeSelectorTerms"), list) else None
-    if not terms:
-        ops.append({"op": "add", "path": pointer(*base, req_key), "value": {"nodeSelectorTerms": [{field: [dict(required)]}]}})
-    else:
-        for i, term in enumerate(terms):
-            term = term if isinstance(term, Mapping) else {}
-            items = term.get(field)
-            if isinstance(items, list):
-                if dict(required) not in items:
-                    ops.append({"op": "add", "path": pointer(*base, req_key, "nodeSelectorTerms", i, field, "-"),
-                                "value": dict(required)})
-            else:
-                ops.append({"op": "add", "path": pointer(*base, req_key, "nodeSelectorTerms", i, field),
-                            "value": [dict(required)]})
-    if pref_terms:
-        existing = node_aff.get(pref_key)
-        if isinstance(existing, list):
-            ops.extend({"op": "add", "path": pointer(*base, pref_key, "-"), "value": t} for t in pref_terms if t not in existing)
-        else:
-            ops.append({"op": "add", "path": pointer(*base, pref_key), "value": pref_terms})
-    return ops
+        if not any(_map(p).get("preference") == term["preference"] for p in prefs):
+            prefs.append(term)
+    if prefs:
+        node_aff[PREFERRED] = prefs
+    affinity["nodeAffinity"] = node_aff
+    return _set(("spec", "affinity"), old, affinity)
 
 
 def record_ops(pod: Mapping[str, Any], allocation: Allocation) -> list[Op]:
     """The decision annotation and the managed label."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    ops: list[Op] = []
-    annotations = meta.get("annotations")
+    meta = _map(pod.get("metadata"))
     value = json.dumps(allocation_to_json(allocation), separators=(",", ":"), sort_keys=True)
-    if not isinstance(annotations, Mapping):
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION: value}})
-    elif annotations.get(ANNOTATION) != value:
-        ops.append({"op": "add", "path": pointer("metadata", "annotations", ANNOTATION), "value": value})
-    labels = meta.get("labels")
-    if not isinstance(labels, Mapping):
-        ops.append({"op": "add", "path": "/metadata/labels", "value": {MANAGED_LABEL: "true"}})
-    elif labels.get(MANAGED_LABEL) != "true":
-        ops.append({"op": "add", "path": pointer("metadata", "labels", MANAGED_LABEL), "value": "true"})
+    ops: list[Op] = []
+    for key, name, wanted in (("annotations", ANNOTATION, value), ("labels", MANAGED_LABEL, "true")):
+        current = meta.get(key)
+        if not isinstance(current, Mapping):
+            ops.append({"op": "add", "path": pointer("metadata", key), "value": {name: wanted}})
+        elif current.get(name) != wanted:
+            ops.append({"op": "add", "path": pointer("metadata", key, name), "value": wanted})
     return ops

@@ -454,4 +454,3 @@ def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) ->
         memory_mib=usage.memory_mib + request.memory_mib_host,
         gpu_tasks=usage.gpu_tasks + 1,
     )
-

@@ -63,7 +63,7 @@ def parse_quantity(value: object) -> Fraction:
     sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
     if len(number) > MAX_DIGITS:
         raise QuantityError(f"{text[:40]!r} has too many digits")
-    if suffix[:1] in ("e", "E") and suffix != "E":
+    if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:
         exponent = int(suffix[1:])
         if abs(exponent) > MAX_EXPONENT:
             raise QuantityError(f"{text!r} is out of range")

@@ -153,8 +153,15 @@ class LinkGraph:
         rest = pool & ~chosen
         spare = sum((self.adjacency[g] & rest).bit_count() for g in _bits(rest)) // 2
         rank = CLASS_RANK[figures.topology]
-        return (rank, -figures.nvlink_pairs, -figures.links, figures.pcie_cost, figures.numa_nodes, -spare,
-                gpus)
+        return (
+            rank,
+            -figures.nvlink_pairs,
+            -figures.links,
+            figures.pcie_cost,
+            figures.numa_nodes,
+            -spare,
+            gpus,
+        )
 
     def _search(self, free: int, k: int, pool: int) -> GpuSet | None:
         candidates = _bits(free)
@@ -204,6 +211,7 @@ class LinkGraph:
 @lru_cache(maxsize=1024)
 def _graph(nvlink: Matrix, pcie: PathMatrix, numa: tuple[int, ...]) -> LinkGraph:
     size = len(numa)
+
     def count(i: int, j: int) -> int:
         return nvlink[i][j] if i != j and i < len(nvlink) and j < len(nvlink[i]) else 0
 

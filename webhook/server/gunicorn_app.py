@@ -17,6 +17,7 @@ from gunicorn.glogging import Logger  # type: ignore[import-untyped]
 from .logs import JsonFormatter
 from .tls import ReloadingContext, TlsFiles
 
+OPTIONAL_SETTINGS = frozenset({"control_socket_disable"})
 KEEPALIVE_SECONDS = 75  # longer than the API server's idle connection reuse, so connections stay warm
 
 
@@ -55,6 +56,8 @@ def gunicorn_settings(options: GunicornOptions, tls: ReloadingContext | None) ->
         # Heartbeat files in memory: works with a read-only root filesystem.
         "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,
         "forwarded_allow_ips": "",
+        # gunicorn 25+: no control socket in $HOME (read-only root filesystem, several servers per host).
+        "control_socket_disable": True,
     }
     if tls is not None:
         settings["certfile"] = tls.files.cert_file
@@ -86,6 +89,8 @@ class AdmissionServer(BaseApplication):  # type: ignore[misc]
     def load_config(self) -> None:
         assert self.cfg is not None
         for key, value in self._settings.items():
+            if key in OPTIONAL_SETTINGS and key not in self.cfg.settings:
+                continue  # an older gunicorn without that feature
             self.cfg.set(key, value)
 
     def load(self) -> Any:

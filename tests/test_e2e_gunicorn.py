@@ -1,0 +1,253 @@
+"""End to end: `gpu-admission certs`, then `gpu-admission serve` (gunicorn, TLS) answering real reviews.
+
+The fixtures are public AdmissionReview captures with a GPU request added; each returned patch is
+decoded, applied with jsonpatch, and the patched Pod validated against the Kubernetes OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+from kubernetes_validate.utils import latest_version
+
+from e2e_server import RunningServer, cli, make_certificates, post_json, running_server
+from server_support import FIXTURE_FILES, cluster_objects, fixture_review, gpu_pod_review, with_gpu
+from webhook.server.review import decode_patch
+
+pytestmark = pytest.mark.slow
+SCHEMA_VERSIONS = ("1.30.0", latest_version())
+QUOTA = 12  # team-a's GPU quota; the cluster has 16 GPUs
+
+
+def write_cluster(path: Path, objects: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def cert_dir(workdir: Path) -> Path:
+    directory = workdir / "certs"
+    make_certificates(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(workdir: Path, cert_dir: Path) -> Iterator[RunningServer]:
+    cluster = write_cluster(workdir / "cluster.json", cluster_objects(quota_gpus=QUOTA))
+    with running_server(workdir, cert_dir, ["--cluster", str(cluster), "--threads", "8"]) as running:
+        yield running
+
+
+def gpu_fixtures(gpus: int = 2) -> list[dict[str, Any]]:
+    return [with_gpu(fixture_review(name), gpus) for name in FIXTURE_FILES]
+
+
+def mutated_pod(review: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    return jsonpatch.apply_patch(review["request"]["object"], decode_patch(answer["response"]))
+
+
+def as_validating(review: dict[str, Any], pod: dict[str, Any], pod_uid: str) -> dict[str, Any]:
+    """The review the validating webhook gets: the final pod, now with its UID."""
+    result = copy.deepcopy(review)
+    pod = copy.deepcopy(pod)
+    pod.setdefault("metadata", {})["uid"] = pod_uid
+    result["request"]["object"] = pod
+    return result
+
+
+def test_fixtures_are_mutated_into_valid_pods_and_then_admitted(server: RunningServer) -> None:
+    conn = server.connection()
+    for index, review in enumerate(gpu_fixtures()):
+        uid = review["request"]["uid"]
+        status, answer = post_json(conn, "/mutate", review)
+        assert status == 200
+        assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+        response = answer["response"]
+        assert response["uid"] == uid and response["allowed"] is True, response
+        assert response["patchType"] == "JSONPatch"
+        pod = mutated_pod(review, answer)
+        assert pod["metadata"]["labels"]["gpu-admission.io/managed"] == "true"
+        recorded = json.loads(pod["metadata"]["annotations"]["gpu-admission.io/allocation"])
+        assert recorded["gpuCount"] == 2 and recorded["vendor"] == "nvidia"
+        for version in SCHEMA_VERSIONS:
+            kubernetes_validate.validate(pod, version, strict=True)
+        # A second pass over the mutated pod changes nothing.
+        again = as_validating(review, pod, f"pod-{index}")
+        status, answer = post_json(conn, "/mutate", again)
+        assert (status, answer["response"]) == (200, {"uid": uid, "allowed": True})
+        status, answer = post_json(conn, "/validate", again)
+        assert (status, answer["response"]) == (200, {"uid": uid, "allowed": True})
+    conn.close()
+
+
+def test_bad_requests_over_tls(server: RunningServer) -> None:
+    conn = server.connection()
+    assert post_json(conn, "/validate", b"")[0] == 400
+    assert post_json(conn, "/validate", b"{]")[0] == 400
+    conn.request("POST", "/mutate", body=b"{}", headers={"Content-Type": "text/plain"})
+    response = conn.getresponse()
+    assert (response.status, json.loads(response.read())["code"]) == (415, 415)
+    conn.request("POST", "/mutate", body=b"x" * (3 * 1024 * 1024 + 1), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert (response.status, json.loads(response.read())["code"]) == (413, 413)
+    conn.close()
+
+
+def test_plaintext_is_refused_on_the_admission_port(server: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
+        plain.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            reply = plain.recv(1024)
+        except ConnectionResetError:
+            reply = b""
+    assert not reply.startswith(b"HTTP/")
+
+
+def test_tls_below_1_2_is_refused(server: RunningServer) -> None:
+    context = server.context()
+    context.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.maximum_version = ssl.TLSVersion.TLSv1_1
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
+        context.wrap_socket(raw, server_hostname="localhost").close()
+
+
+def test_200_concurrent_admissions_take_exactly_the_quota(server: RunningServer) -> None:
+    """200 clients at once: each gets its own answer; exactly the quota's worth of pods is admitted."""
+    reviews = [gpu_pod_review(namespace="team-a", uid=f"c-{i}", name=f"job-{i}") for i in range(200)]
+    mutated: dict[int, dict[str, Any]] = {}
+    verdicts: dict[int, dict[str, Any]] = {}
+    failures: list[str] = []
+    barrier = threading.Barrier(200)
+
+    def client(i: int) -> None:
+        try:
+            conn = server.connection(timeout=60)
+            barrier.wait(timeout=60)
+            status, answer = post_json(conn, "/mutate", reviews[i])
+            assert status == 200 and answer["response"]["uid"] == f"c-{i}", answer
+            mutated[i] = as_validating(reviews[i], mutated_pod(reviews[i], answer), f"pod-{i}")
+            status, answer = post_json(conn, "/validate", mutated[i])
+            assert status == 200 and answer["response"]["uid"] == f"c-{i}", answer
+            verdicts[i] = answer["response"]
+            conn.close()
+        except Exception as err:  # collected: an assertion in a thread would be lost
+            failures.append(f"{i}: {err!r}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    allowed = [i for i, v in verdicts.items() if v["allowed"]]
+    denied = [v for v in verdicts.values() if not v["allowed"]]
+    assert len(verdicts) == 200 and len(allowed) == QUOTA
+    assert {(v["status"]["code"], v["status"]["reason"]) for v in denied} == {(403, "quota-exceeded")}
+    conn = server.connection()
+    conn.request("GET", "/metrics")
+    metrics = conn.getresponse().read().decode()
+    assert f'gpu_admission_quota_used{{namespace="team-a",resource="requests.nvidia.com/gpu"}} {QUOTA}.0' in metrics
+    assert 'gpu_admission_decisions_total{endpoint="validate",reason="quota-exceeded",verdict="denied"} 188.0' in metrics
+    conn.close()
+
+
+def test_dry_run_answers_alike_and_reserves_nothing(server: RunningServer) -> None:
+    conn = server.connection()
+    review = gpu_pod_review(namespace="foo", uid="dry-1", name="dry")
+    _, answer = post_json(conn, "/mutate", review)
+    pod = as_validating(review, mutated_pod(review, answer), "dry-pod")
+    pod["request"]["dryRun"] = True
+    for _ in range(3):
+        status, answer = post_json(conn, "/validate", pod)
+        assert (status, answer["response"]) == (200, {"uid": "dry-1", "allowed": True})
+    conn.request("GET", "/metrics")
+    assert 'namespace="foo"' not in conn.getresponse().read().decode()  # nothing counted against foo
+    conn.close()
+
+
+def peer_certificate(server: RunningServer) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
+            server.context().wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_certificate_rotation_without_restart(workdir: Path, cert_dir: Path, server: RunningServer) -> None:
+    before = peer_certificate(server)
+    kept = server.connection()
+    assert post_json(kept, "/validate", gpu_pod_review(namespace="kube-system", uid="k1"))[0] == 200
+    subprocess.run([*cli(), "certs", "--service", "gpu-admission", "--namespace", "gpu-admission",
+                    "--out", str(cert_dir), "--renew"], check=True, capture_output=True, timeout=60)
+    after = peer_certificate(server)
+    assert after != before
+    assert ssl.DER_cert_to_PEM_cert(after).strip() == (cert_dir / "tls.crt").read_text().strip()
+    assert post_json(kept, "/validate", gpu_pod_review(namespace="kube-system", uid="k2"))[0] == 200
+    kept.close()
+    assert server.process.poll() is None
+    assert '"msg":"serving certificate reloaded from' in server.log()
+
+
+def test_logs_are_json_lines_one_per_admission(server: RunningServer) -> None:
+    conn = server.connection()
+    post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="log-probe-1"))
+    conn.close()
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    probe = [entry for entry in lines if entry.get("uid") == "log-probe-1"]
+    assert len(probe) == 1 and probe[0]["reason"] == "excluded-namespace" and probe[0]["verdict"] == "allowed"
+    assert all(line.startswith("{") for line in server.log().splitlines() if line.strip())
+
+
+def test_webhook_agrees_with_check(workdir: Path, cert_dir: Path) -> None:
+    """The same pods, the same cluster: `check` and the webhook give the same verdicts, patches and messages."""
+    objects = cluster_objects()
+    objects.append({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "default"},
+                    "spec": {"hard": {"requests.nvidia.com/gpu": "3"}}})
+    cluster = write_cluster(workdir / "agree-cluster.json", objects)
+    reviews = gpu_fixtures()
+    for review in reviews:
+        review["request"]["object"]["metadata"]["namespace"] = review["request"]["namespace"]
+    manifest = workdir / "pods.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                    "items": [r["request"]["object"] for r in reviews]}))
+    checked = subprocess.run([*cli(), "check", "--cluster", str(cluster), "-o", "json", str(manifest)],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode in (0, 1), checked.stderr
+    results = json.loads(checked.stdout)["results"]
+    assert len(results) == len(reviews)
+    verdicts = []
+    with running_server(workdir, cert_dir, ["--cluster", str(cluster)]) as server:
+        conn = server.connection()
+        for index, (review, result) in enumerate(zip(reviews, results, strict=True)):
+            _, answer = post_json(conn, "/mutate", review)
+            response = answer["response"]
+            if not response["allowed"]:
+                got = (False, response["status"]["code"], response["status"]["message"])
+            else:
+                assert decode_patch(response) == result["patch"]
+                final = as_validating(review, mutated_pod(review, answer), f"check-{index}")
+                _, answer = post_json(conn, "/validate", final)
+                response = answer["response"]
+                status = response.get("status", {"code": 200, "message": result["message"]})
+                got = (response["allowed"], status["code"], status["message"])
+            assert got == (result["allowed"], result["code"], result["message"]), result["source"]
+            verdicts.append(got[0])
+        conn.close()
+    # default's quota of 3 GPUs holds the first 2-GPU pod there, not the second.
+    assert verdicts == [True, True, False, True]

@@ -1,0 +1,151 @@
+"""Server TLS: minimum versions, client certificates, and certificates reloaded when the files change."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from webhook import certs
+from webhook.server.tls import ReloadingContext, TlsFiles, build_context
+
+HOST = "gpu-admission.gpu-admission.svc"
+
+
+def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext, hostname: str = HOST) -> bytes:
+    """A full TLS handshake in memory; returns the DER of the certificate the server presented."""
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=hostname)
+    done = {"client": False, "server": False}
+    for _ in range(20):
+        for name, end in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            peer = client.getpeercert(binary_form=True)
+            assert peer is not None
+            return peer
+    raise AssertionError("handshake did not finish")
+
+
+def client_context(ca: Path, maximum: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if maximum is not None:
+        ctx.maximum_version = maximum
+    return ctx
+
+
+@pytest.fixture()
+def pair(tmp_path: Path) -> certs.CertificatePaths:
+    return certs.issue_certificates(tmp_path, "gpu-admission", "gpu-admission", days=2)
+
+
+def der(path: Path) -> bytes:
+    return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(serialization.Encoding.DER)
+
+
+def test_serves_the_certificate_on_disk_to_a_verifying_client(pair: certs.CertificatePaths) -> None:
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert handshake(context, client_context(pair.ca_cert)) == der(pair.cert)
+
+
+def test_tls_1_3_minimum_refuses_a_tls_1_2_client(pair: certs.CertificatePaths) -> None:
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key), min_version="1.3"))
+    handshake(context, client_context(pair.ca_cert))  # a 1.3-capable client is fine
+    with pytest.raises(ssl.SSLError):
+        handshake(context, client_context(pair.ca_cert, maximum=ssl.TLSVersion.TLSv1_2))
+
+
+def test_unknown_minimum_version_is_refused(pair: certs.CertificatePaths) -> None:
+    with pytest.raises(ValueError, match="unsupported minimum TLS version '1.1': expected 1.2 or 1.3"):
+        build_context(TlsFiles(str(pair.cert), str(pair.key), min_version="1.1"))
+
+
+def client_certificate(tmp_path: Path, ca_dir: Path) -> tuple[Path, Path]:
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    cert_path, key_path = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_client_ca_requires_a_client_certificate(tmp_path: Path) -> None:
+    server = certs.issue_certificates(tmp_path / "server", "gpu-admission", "gpu-admission")
+    clients = certs.issue_certificates(tmp_path / "clients", "unused", "unused")
+    context = build_context(TlsFiles(str(server.cert), str(server.key), client_ca=str(clients.ca_cert)))
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    anonymous = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)  # 1.2: failure inside handshake
+    with pytest.raises(ssl.SSLError):
+        handshake(context, anonymous)
+    cert, key = client_certificate(tmp_path, tmp_path / "clients")
+    authenticated = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)
+    authenticated.load_cert_chain(str(cert), str(key))
+    assert handshake(context, authenticated) == der(server.cert)
+
+
+def test_new_certificate_on_disk_is_served_to_new_connections(pair: certs.CertificatePaths) -> None:
+    reloading = ReloadingContext(TlsFiles(str(pair.cert), str(pair.key)))
+    first = reloading.context()
+    assert reloading.context() is first  # unchanged files: the same context, no reload
+    old = der(pair.cert)
+    certs.issue_certificates(pair.directory, "gpu-admission", "gpu-admission", renew=True)
+    served = handshake(reloading.gunicorn_hook(None, lambda: first), client_context(pair.ca_cert))
+    assert served == der(pair.cert) != old
+    assert reloading.reloads == 1
+
+
+def test_a_pair_that_does_not_load_keeps_the_previous_one(
+    pair: certs.CertificatePaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    reloading = ReloadingContext(TlsFiles(str(pair.cert), str(pair.key)))
+    old = der(pair.cert)
+    good_key = pair.key.read_bytes()
+    other = certs.issue_certificates(pair.directory / "other", "x", "y")
+    with caplog.at_level(logging.WARNING, logger="webhook.server.tls"):
+        pair.key.write_bytes(other.key.read_bytes())  # a key that does not match the certificate
+        assert handshake(reloading.context(), client_context(pair.ca_cert)) == old
+        assert handshake(reloading.context(), client_context(pair.ca_cert)) == old
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "certificate files changed but do not load, still serving the previous ones:")
+    pair.key.write_bytes(good_key + b"\n")  # fixed: loads on the next connection
+    assert handshake(reloading.context(), client_context(pair.ca_cert)) == old
+    assert reloading.reloads == 1
+
+
+def test_start_up_fails_loudly_without_a_valid_pair(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        ReloadingContext(TlsFiles(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")))
+
+
+def test_gunicorn_hook_signature(pair: certs.CertificatePaths) -> None:
+    reloading = ReloadingContext(TlsFiles(str(pair.cert), str(pair.key)))
+    factory_called: list[Any] = []
+    context = reloading.gunicorn_hook(object(), lambda: factory_called.append(1))  # type: ignore[arg-type,func-returns-value]
+    assert isinstance(context, ssl.SSLContext) and factory_called == []

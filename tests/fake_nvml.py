@@ -431,7 +431,9 @@ def pcie_box(**options: Any) -> FakeNvml:
             bus_id=pcie_bus(bus),
             memory_mib=23034,
             numa=None,  # single socket: NVML reports -1
-            reading=Reading(used_mib=300 + i, utilization=10 * i, temperature=40 + i, power_mw=None if i == 3 else 27_500),
+            reading=Reading(
+                used_mib=300 + i, utilization=10 * i, temperature=40 + i, power_mw=None if i == 3 else 27_500
+            ),
         )
         for i, bus in enumerate((0x01, 0x02, 0x41, 0x42))
     ]

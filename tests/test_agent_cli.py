@@ -21,7 +21,9 @@ from webhook.agent.metrics import AgentMetrics
 from webhook.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-NO_DRIVER_HINT = "is the NVIDIA driver installed, and are the GPUs and libnvidia-ml visible to this container?"
+NO_DRIVER_HINT = (
+    "is the NVIDIA driver installed, and are the GPUs and libnvidia-ml visible to this container?"
+)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -68,7 +70,8 @@ def test_real_cli_without_nvml_library_prints_one_line_and_exits_3() -> None:
     assert done.returncode == 3
     assert done.stdout == ""
     assert done.stderr == (
-        f"gpu-admission agent: error: NVML is not available: NVML Shared Library Not Found; {NO_DRIVER_HINT}\n"
+        "gpu-admission agent: error: NVML is not available: NVML Shared Library Not Found; "
+        f"{NO_DRIVER_HINT}\n"
     )
 
 
@@ -83,8 +86,10 @@ def test_missing_bindings_exit_3_with_the_install_hint(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(
     ("error", "words"),
-    [(fake_nvml.NVMLError_DriverNotLoaded, "Driver Not Loaded"), (fake_nvml.NVMLError_LibraryNotFound,
-                                                                   "NVML Shared Library Not Found")],
+    [
+        (fake_nvml.NVMLError_DriverNotLoaded, "Driver Not Loaded"),
+        (fake_nvml.NVMLError_LibraryNotFound, "NVML Shared Library Not Found"),
+    ],
 )
 def test_nvml_init_failure_exits_3(error, words: str) -> None:
     with pytest.raises(UserError) as raised:
@@ -137,10 +142,12 @@ def test_once_failure_ends_the_run_with_one_line() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--once", "--node-name", "Node_1"], "--node-name: 'Node_1' is not a valid node name (a DNS subdomain)"),
+        (["--once", "--node-name", "Node_1"],
+         "--node-name: 'Node_1' is not a valid node name (a DNS subdomain)"),
         (["--once"], "--node-name: required (or set NODE_NAME, e.g. from the downward API spec.nodeName)"),
         (["--node-name", "n1", "--interval", "0"], "--interval: must be a positive number of seconds, got 0"),
-        (["--node-name", "n1", "--metrics-port", "70000"], "--metrics-port: must be a port number 0..65535, got 70000"),
+        (["--node-name", "n1", "--metrics-port", "70000"],
+         "--metrics-port: must be a port number 0..65535, got 70000"),
         (["--once", "--node-name", "n1", "--metrics-port", "9400"],
          "--metrics-port serves metrics while the agent runs: drop --once"),
     ],
@@ -231,6 +238,8 @@ def test_agent_counts_writes_and_failures() -> None:
     api.fail["get"] = [500]
     assert agent.run_pass() == "failed"
     registry = metrics.registry
-    assert registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
+    assert (
+        registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
+    )
     assert registry.get_sample_value("gpu_admission_agent_failures_total", {"stage": "publish"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_last_success_timestamp_seconds") > 0

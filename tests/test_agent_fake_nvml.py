@@ -40,7 +40,12 @@ def test_constants_and_error_classes_match_pynvml() -> None:
 
 def test_the_agent_makes_exactly_the_calls_the_fake_implements() -> None:
     made: set[str] = set()
-    for machine in (fake_nvml.dgx_h100, fake_nvml.dgx_a100, fake_nvml.pcie_server_bridged, fake_nvml.pcie_box):
+    for machine in (
+        fake_nvml.dgx_h100,
+        fake_nvml.dgx_a100,
+        fake_nvml.pcie_server_bridged,
+        fake_nvml.pcie_box,
+    ):
         for options in ({}, {"remote_type_supported": False}):
             nvml = machine(**options)
             start(nvml)

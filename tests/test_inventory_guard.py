@@ -93,7 +93,10 @@ def test_name_is_read_from_the_object_when_the_request_has_none() -> None:
 
 
 def test_token_naming_two_nodes_is_refused() -> None:
-    user = {"username": "x", "extra": {"authentication.kubernetes.io/node-name": ["gpu-node-1", "gpu-node-2"]}}
+    user = {
+        "username": "x",
+        "extra": {"authentication.kubernetes.io/node-name": ["gpu-node-1", "gpu-node-2"]},
+    }
     assert check_inventory_write(request(user=user)) == Decision(
         allowed=False,
         code=403,
@@ -103,7 +106,9 @@ def test_token_naming_two_nodes_is_refused() -> None:
     )
 
 
-@pytest.mark.parametrize("user", [UNBOUND, {"username": "x", "extra": {}}, {"username": "x", "extra": None}, {}])
+@pytest.mark.parametrize(
+    "user", [UNBOUND, {"username": "x", "extra": {}}, {"username": "x", "extra": None}, {}]
+)
 def test_writer_not_bound_to_a_node_may_write_any_inventory(user: dict) -> None:
     assert check_inventory_write(request(name="gpu-node-7", user=user)) == ALLOWED
 
@@ -162,7 +167,9 @@ def test_valid_inventory_gives_gpus_and_matrices() -> None:
     assert inventory_from_json(SPEC) == (
         (
             Gpu(index=0, uuid="GPU-0", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=0, healthy=True),
-            Gpu(index=1, uuid="GPU-1", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=1, healthy=False),
+            Gpu(
+                index=1, uuid="GPU-1", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=1, healthy=False
+            ),
         ),
         ((0, 18), (18, 0)),
         (("X", "SYS"), ("SYS", "X")),
@@ -211,10 +218,11 @@ DELETE = object()
         (edit("gpus.0.healthy", "yes"), "spec.gpus[0].healthy: must be true or false, got 'yes'"),
         (edit("gpus.0.numa", None), "spec.gpus[0].numa: must be an integer, got None"),
         (edit("gpus.0.migMode", 1), "spec.gpus[0].migMode: must be true or false, got 1"),
-        (edit("gpus.0.nvlinkRemoteBusIds", [3]), "spec.gpus[0].nvlinkRemoteBusIds[0]: must be a non-empty string, got 3"),
+        (edit("gpus.0.nvlinkRemoteBusIds", [3]),
+         "spec.gpus[0].nvlinkRemoteBusIds[0]: must be a non-empty string, got 3"),
         (edit("gpus.0.memoryMib", 1),
-         "spec.gpus[0].memoryMib: unknown field (known: index, uuid, model, memoryMiB, numa, healthy, migMode, "
-         "nvlinkRemoteBusIds)"),
+         "spec.gpus[0].memoryMib: unknown field (known: index, uuid, model, memoryMiB, numa, healthy, "
+         "migMode, nvlinkRemoteBusIds)"),
         (edit("nvlink", [[0, 18]]), "spec.nvlink: must have one row per GPU (2), got 1"),
         (edit("nvlink.1", [18]), "spec.nvlink[1]: must have one entry per GPU (2), got 1"),
         (edit("nvlink.0.0", 4), "spec.nvlink[0][0]: a GPU has no links to itself, must be 0"),

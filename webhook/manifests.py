@@ -34,6 +34,10 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+class _PyLoader(yaml.SafeLoader):
+    yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+
+
 @dataclass(frozen=True)
 class Document:
     """One object from a file. `item` is its position inside a `kind: List`, else None."""
@@ -108,6 +112,20 @@ def _read(path: str, stdin: TextIO | None) -> str:
         raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
+def _yaml_error(text: str, name: str) -> UserError:
+    """Re-read with the pure-Python parser so the message is the same with or without libyaml."""
+    done = 0
+    try:
+        for _ in yaml.load_all(text, Loader=_PyLoader):
+            done += 1
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f": line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        return UserError(f"{where(name, done)}{line}: invalid YAML: {problem}")
+    return UserError(f"{name}: invalid YAML")
+
+
 def parse_text(text: str, name: str) -> list[Document]:
     """All objects of one file's text; empty documents keep their index but yield nothing."""
     raw: list[tuple[int, Any]] = []
@@ -118,13 +136,9 @@ def parse_text(text: str, name: str) -> list[Document]:
             raise UserError(f"{name}: line {err.lineno}: invalid JSON: {err.msg}") from None
     else:
         try:
-            for index, data in enumerate(yaml.load_all(text, Loader=_Loader)):
-                raw.append((index, data))
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            line = f": line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise UserError(f"{where(name, len(raw))}{line}: invalid YAML: {problem}") from None
+            raw.extend(enumerate(yaml.load_all(text, Loader=_Loader)))
+        except yaml.YAMLError:
+            raise _yaml_error(text, name) from None
     documents: list[Document] = []
     for index, data in raw:
         if data is None:

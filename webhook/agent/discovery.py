@@ -83,7 +83,7 @@ def describe_gpu(nvml: Any, index: int, handle: Any, links: LinkReport) -> dict[
 
 
 def gfd_model_name(name: str) -> str:
-    """GPU Feature Discovery's spelling of a product name: "NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3"."""
+    """GPU Feature Discovery's spelling of a product name: "NVIDIA A40" -> "NVIDIA-A40"."""
     return re.sub(r"\s+", "-", name.strip())
 
 
@@ -173,7 +173,9 @@ def _remote_bus_id(nvml: Any, handle: Any, link: int) -> str | None:
         return None
 
 
-def _remote_kind(nvml: Any, handle: Any, link: int, remote_bus: str | None, gpu_by_bus: dict[str, int]) -> str:
+def _remote_kind(
+    nvml: Any, handle: Any, link: int, remote_bus: str | None, gpu_by_bus: dict[str, int]
+) -> str:
     try:
         kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
     except nvml.NVMLError:

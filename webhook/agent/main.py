@@ -14,9 +14,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .metrics import AgentMetrics
+    from .publish import InventoryPublisher
 
 EXIT_NO_NVML = 3
 DEFAULT_INTERVAL = 60.0
@@ -48,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve Prometheus metrics per GPU on this port (/metrics)",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, then ~/.kube/config)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +94,9 @@ def run_agent(
         if not args.print:
             from .publish import InventoryPublisher
 
-            publisher = InventoryPublisher(api if api is not None else _custom_objects_api(args.kubeconfig), node_name)
+            publisher = InventoryPublisher(
+                api if api is not None else _custom_objects_api(args.kubeconfig), node_name
+            )
         from .metrics import AgentMetrics, serve_metrics
 
         metrics = AgentMetrics(nvml, node_name)
@@ -111,7 +119,15 @@ class Agent:
     """One discovery-and-publish pass, repeated. Under --once a failure ends the run; in the loop it is
     logged, counted and retried at the next interval."""
 
-    def __init__(self, nvml: Any, node_name: str, publisher: Any, metrics: Any, out: TextIO, err: TextIO) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        node_name: str,
+        publisher: InventoryPublisher | None,
+        metrics: AgentMetrics,
+        out: TextIO,
+        err: TextIO,
+    ) -> None:
         self.nvml = nvml
         self.node_name = node_name
         self.publisher = publisher
@@ -166,7 +182,7 @@ class Agent:
 
 
 def _node_name(args: argparse.Namespace) -> str:
-    name = args.node_name or os.environ.get("NODE_NAME", "")
+    name = str(args.node_name or os.environ.get("NODE_NAME", ""))
     if not name:
         raise UserError("--node-name: required (or set NODE_NAME, e.g. from the downward API spec.nodeName)")
     if len(name) > 253 or not _NODE_NAME.match(name):
@@ -180,12 +196,12 @@ def _custom_objects_api(kubeconfig: str | None) -> Any:
 
     try:
         if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         else:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                config.load_kube_config()
+                config.load_kube_config()  # type: ignore[no-untyped-call]
     except (config.ConfigException, OSError, ValueError) as failure:
         where = kubeconfig or "in-cluster configuration or ~/.kube/config"
         raise UserError(f"cannot load Kubernetes configuration from {where}: {failure}") from None

@@ -7,6 +7,7 @@ agent keeps no history. A reading a card does not offer (power on some boards) i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -81,26 +82,17 @@ class GpuCollector(Collector):
             text(nvml.nvmlDeviceGetUUID(handle)),
             gfd_model_name(text(nvml.nvmlDeviceGetName(handle))),
         ]
-        try:
+        with suppress(nvml.NVMLError):
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             families["used"].add_metric(labels, float(memory.used))
             families["total"].add_metric(labels, float(memory.total))
-        except nvml.NVMLError:
-            pass
-        try:
+        with suppress(nvml.NVMLError):
             families["util"].add_metric(labels, nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
-        except nvml.NVMLError:
-            pass
-        try:
-            families["temp"].add_metric(
-                labels, float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-            )
-        except nvml.NVMLError:
-            pass
-        try:
+        with suppress(nvml.NVMLError):
+            temperature = nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+            families["temp"].add_metric(labels, float(temperature))
+        with suppress(nvml.NVMLError):
             families["power"].add_metric(labels, nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
-        except nvml.NVMLError:
-            pass
         families["healthy"].add_metric(labels, 1.0 if is_healthy(nvml, handle) else 0.0)
 
 

@@ -6,6 +6,7 @@ and no GPU is needed to exercise discovery, publishing or metrics.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from types import ModuleType
 from typing import Any
 
@@ -20,10 +21,11 @@ class NvmlUnavailable(Exception):
 def load_nvml() -> ModuleType:
     """Import pynvml, or raise NvmlUnavailable with a line that says what to install."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
     except ImportError as err:
         raise NvmlUnavailable(f"the NVML Python bindings are missing ({err}); {INSTALL_HINT}") from None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def start(nvml: Any) -> None:
@@ -39,10 +41,8 @@ def start(nvml: Any) -> None:
 
 def stop(nvml: Any) -> None:
     """nvmlShutdown, ignoring errors: it runs on the way out."""
-    try:
+    with suppress(nvml.NVMLError):
         nvml.nvmlShutdown()
-    except nvml.NVMLError:
-        pass
 
 
 def unsupported(nvml: Any) -> tuple[type[BaseException], ...]:

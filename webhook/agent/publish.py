@@ -26,7 +26,7 @@ class PublishError(Exception):
 
 
 def nvlink_summary(nvlink: list[list[int]]) -> str:
-    """The printer column: "NV18" (every pair, same count), "NV12-NV18" (every pair), "partial NV4", "none"."""
+    """The printer column: "NV18" (every pair, same count), "NV12-NV18", "partial NV4" or "none"."""
     counts = [nvlink[i][j] for i in range(len(nvlink)) for j in range(i + 1, len(nvlink))]
     linked = [count for count in counts if count > 0]
     if not linked:

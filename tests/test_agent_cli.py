@@ -54,14 +54,8 @@ def expected_spec(machine) -> dict:
     ctypes.util.find_library("nvidia-ml") is not None, reason="an NVIDIA driver library is installed here"
 )
 def test_real_cli_without_nvml_library_prints_one_line_and_exits_3() -> None:
-    # The real entry point and the real pynvml; only the agent subcommand is registered, so the test
-    # does not depend on the other subcommands' modules.
-    script = (
-        "import sys, webhook.cli as cli; cli.COMMANDS = {'agent': cli.COMMANDS['agent']}; "
-        "sys.exit(cli.main(sys.argv[1:]))"
-    )
     done = subprocess.run(
-        [sys.executable, "-c", script, "agent", "--once", "--print", "--node-name", "x"],
+        [sys.executable, "-m", "webhook.cli", "agent", "--once", "--print", "--node-name", "x"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -117,6 +111,14 @@ def test_once_publishes_the_inventory() -> None:
     assert api.objects["gpu-node-1"]["status"]["driverVersion"] == "550.90.07"
     assert output.out.getvalue() == ""
     assert output.err.getvalue() == "gpu-admission agent: GPUInventory 'gpu-node-1' created: 8 GPUs\n"
+
+
+def test_kubeconfig_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.yaml"
+    with pytest.raises(UserError) as raised:
+        run(parse("--once", "--node-name", "n1", "--kubeconfig", str(missing)), fake_nvml.pcie_box())
+    assert raised.value.exit_code == 2
+    assert str(raised.value) == f"{missing}: --kubeconfig file not found (not running in a cluster either)"
 
 
 def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

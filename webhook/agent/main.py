@@ -192,17 +192,8 @@ def _node_name(args: argparse.Namespace) -> str:
 
 def _custom_objects_api(kubeconfig: str | None) -> Any:
     """A CustomObjectsApi from --kubeconfig, else the in-cluster service account, else ~/.kube/config."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        else:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError, ValueError) as failure:
-        where = kubeconfig or "in-cluster configuration or ~/.kube/config"
-        raise UserError(f"cannot load Kubernetes configuration from {where}: {failure}") from None
-    return client.CustomObjectsApi()
+    from ..cluster.config import load_api_client
+
+    return client.CustomObjectsApi(load_api_client(kubeconfig))

@@ -88,24 +88,24 @@ class Reflector:
         self.backoff = backoff or Backoff()
         self.stop = stop or threading.Event()
         self.resource_version = ""
+        self.needs_list = True
         self.lists = 0  # how many times the kind was listed (1 + re-lists)
 
     def run(self) -> None:
-        """Loop until `stop` is set."""
-        needs_list = True
+        """Loop until `stop` is set (and carry on where it stopped when called again)."""
         while not self.stop.is_set():
             try:
-                if needs_list:
+                if self.needs_list:
                     self.list_once()
-                    needs_list = False
+                    self.needs_list = False
                 self.watch_once()
                 self.backoff.reset()
             except Gone:
                 log.info("watch of %s: resourceVersion %s expired, listing again", self.kind, self.resource_version)
-                needs_list = True
+                self.needs_list = True
             except Exception as error:  # network errors, API errors, bad payloads: back off and retry
                 if status_code(error) == 410:
-                    needs_list = True
+                    self.needs_list = True
                     continue
                 delay = self.backoff.next_delay()
                 log.warning("watch of %s failed (%s); retrying in %.1fs", self.kind, error, delay)

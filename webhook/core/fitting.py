@@ -177,8 +177,7 @@ def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -
             found = graph.best_set(free, demand.count, state.idle)
         else:
             found = graph.describe(_lowest(free, demand.count))
-        assert found is not None
-        return _choice(found, fit)
+        return _linked(found, fit, demand)
     usage = state.usage.gpus
     fitting: list[tuple[float, int]] = []
     for i, gpu in enumerate(node.gpus):
@@ -197,8 +196,7 @@ def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -
             found = graph.best_set(mask_of([i for _, i in fitting]), demand.count, state.idle)
         else:
             found = graph.describe(tuple(sorted(i for _, i in fitting[: demand.count])))
-        assert found is not None
-        return _choice(found, fit)
+        return _linked(found, fit, demand)
     best = fitting[0][0]
     tied = mask_of([i for rank, i in fitting if rank == best])
     found = graph.best_set(tied, 1, state.idle)
@@ -221,6 +219,14 @@ def _lowest(mask: int, k: int) -> tuple[int, ...]:
             out.append(i)
         i += 1
     return tuple(out)
+
+
+def _linked(found: GpuSet | None, fit: Fit, demand: Demand) -> Choice | str:
+    """The choice, unless the pod requires all-NVLink and the best free set is not (GPUs busy now)."""
+    assert found is not None
+    if demand.required and found.topology not in (TopologyClass.NVLINK, TopologyClass.SINGLE):
+        return "busy"
+    return _choice(found, fit)
 
 
 def _choice(found: GpuSet, fit: Fit) -> Choice:

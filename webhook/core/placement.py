@@ -14,6 +14,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
@@ -369,7 +370,7 @@ def _best_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementC
         j = i + 1
         while j < len(ordered) and key(ordered[j]) == key(ordered[i]):
             j += 1
-        merged = heapq.merge(*[((n, k) for n in ordered[k].names) for k in range(i, j)])
+        merged = heapq.merge(*[zip(ordered[k].names, repeat(k)) for k in range(i, j)])
         for name, k in merged:
             if len(options) >= ctx.limit:
                 break

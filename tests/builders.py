@@ -27,17 +27,39 @@ def pcie(n: int, level: str = "SYS") -> tuple[tuple[str, ...], ...]:
     return tuple(tuple("X" if i == j else level for j in range(n)) for i in range(n))
 
 
-def node(name: str, model: tuple[str, int], count: int, links: str = "nvswitch", cpu: int = 96000,
-         memory: int = 512 * 1024, taints: tuple[Taint, ...] = ()) -> Node:
+def node(
+    name: str,
+    model: tuple[str, int],
+    count: int,
+    links: str = "nvswitch",
+    cpu: int = 96000,
+    memory: int = 512 * 1024,
+    taints: tuple[Taint, ...] = (),
+) -> Node:
     matrix = {"nvswitch": nvswitch, "paired": paired, "none": no_links}[links](count)
     gpus = tuple(Gpu(i, f"GPU-{name}-{i}", model[0], model[1], numa=i * 2 // max(count, 1)) for i in range(count))
-    return Node(name, gpus, matrix, pcie(count), "nvidia", cpu, memory,
-                {"nvidia.com/gpu.product": model[0]}, taints, False, "inventory")
+    return Node(
+        name,
+        gpus,
+        matrix,
+        pcie(count),
+        "nvidia",
+        cpu,
+        memory,
+        {"nvidia.com/gpu.product": model[0]},
+        taints,
+        False,
+        "inventory",
+    )
 
 
-def snapshot(*nodes: Node, usage: dict[str, NodeUsage] | None = None,
-             quotas: dict[str, tuple[QuotaLimits, ...]] | None = None,
-             used: dict[str, Usage] | None = None, namespaces: tuple[str, ...] = ("team-a", "team-b")) -> Snapshot:
+def snapshot(
+    *nodes: Node,
+    usage: dict[str, NodeUsage] | None = None,
+    quotas: dict[str, tuple[QuotaLimits, ...]] | None = None,
+    used: dict[str, Usage] | None = None,
+    namespaces: tuple[str, ...] = ("team-a", "team-b"),
+) -> Snapshot:
     usage = dict(usage or {})
     for n in nodes:
         usage.setdefault(n.name, NodeUsage(tuple(GpuUsage() for _ in n.gpus)))
@@ -46,9 +68,15 @@ def snapshot(*nodes: Node, usage: dict[str, NodeUsage] | None = None,
     return Snapshot({n.name: n for n in nodes}, usage, spaces, dict(quotas or {}), dict(used or {}))
 
 
-def pod(limits: dict[str, Any] | None = None, *, name: str = "p", namespace: str = "team-a",
-        annotations: dict[str, str] | None = None, env: list[dict[str, Any]] | None = None,
-        **spec: Any) -> dict[str, Any]:
+def pod(
+    limits: dict[str, Any] | None = None,
+    *,
+    name: str = "p",
+    namespace: str = "team-a",
+    annotations: dict[str, str] | None = None,
+    env: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "cuda:12"}
     if limits is not None:
         container["resources"] = {"limits": dict(limits)}

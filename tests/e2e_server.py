@@ -35,8 +35,13 @@ def free_port() -> int:
 
 def make_certificates(directory: Path, service: str = "gpu-admission", namespace: str = "gpu-admission") -> str:
     """Runs `gpu-admission certs`; returns the caBundle it printed."""
-    done = subprocess.run([*cli(), "certs", "--service", service, "--namespace", namespace, "--out", str(directory)],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [*cli(), "certs", "--service", service, "--namespace", namespace, "--out", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -66,8 +71,9 @@ def post_json(conn: http.client.HTTPConnection, path: str, body: Any) -> tuple[i
 
 
 @contextmanager
-def running_server(workdir: Path, cert_dir: Path, extra: Sequence[str] = (), boot_timeout: float = 30.0
-                   ) -> Iterator[RunningServer]:
+def running_server(
+    workdir: Path, cert_dir: Path, extra: Sequence[str] = (), boot_timeout: float = 30.0
+) -> Iterator[RunningServer]:
     """`gpu-admission serve` on a free port; stopped (SIGTERM, then SIGKILL) on exit."""
     port = free_port()
     log_file = workdir / f"serve-{port}.log"
@@ -76,7 +82,11 @@ def running_server(workdir: Path, cert_dir: Path, extra: Sequence[str] = (), boo
     with log_file.open("wb") as log:
         process = subprocess.Popen(
             [*cli(), "serve", "--cert-dir", str(cert_dir), "--bind", f"127.0.0.1:{port}", *extra],
-            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
         )
     server = RunningServer(process, port, cert_dir / "ca.crt", log_file)
     try:

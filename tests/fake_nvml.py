@@ -21,6 +21,7 @@ MIB = 1024 * 1024
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
@@ -30,6 +31,7 @@ _MESSAGES = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
@@ -54,6 +56,10 @@ class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
 
 class NVMLError_NotSupported(NVMLError):  # noqa: N801
     value = NVML_ERROR_NOT_SUPPORTED
+
+
+class NVMLError_NoPermission(NVMLError):  # noqa: N801
+    value = NVML_ERROR_NO_PERMISSION
 
 
 class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
@@ -103,6 +109,7 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # None: not supported
     retired_pending: int | None = None  # None: not supported (Ampere and later)
     lost: bool = False
+    health_denied: bool = False  # health queries refused with NoPermission
     reading: Reading = Reading()
 
 
@@ -137,6 +144,7 @@ class FakeNvml:
     NVMLError_Uninitialized = NVMLError_Uninitialized
     NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
@@ -249,6 +257,8 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetRemappedRows", handle)
         if gpu.lost:
             raise NVMLError_GpuIsLost()
+        if gpu.health_denied:
+            raise NVMLError_NoPermission()
         if gpu.remapped_rows is None:
             raise NVMLError_NotSupported()
         return gpu.remapped_rows
@@ -257,6 +267,8 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetRetiredPagesPendingStatus", handle)
         if gpu.lost:
             raise NVMLError_GpuIsLost()
+        if gpu.health_denied:
+            raise NVMLError_NoPermission()
         if gpu.retired_pending is None:
             raise NVMLError_NotSupported()
         return gpu.retired_pending

@@ -16,14 +16,10 @@ T4 = "Tesla-T4"
 
 def pcie_matrix(numa: list[int], near: str = "NODE") -> tuple[tuple[str, ...], ...]:
     n = len(numa)
-    return tuple(
-        tuple("X" if i == j else (near if numa[i] == numa[j] else "SYS") for j in range(n)) for i in range(n)
-    )
+    return tuple(tuple("X" if i == j else (near if numa[i] == numa[j] else "SYS") for j in range(n)) for i in range(n))
 
 
-def dgx(
-    name: str = "dgx", unhealthy: tuple[int, ...] = (), cpu: int = 192_000, memory: int = 2_000_000
-) -> Node:
+def dgx(name: str = "dgx", unhealthy: tuple[int, ...] = (), cpu: int = 192_000, memory: int = 2_000_000) -> Node:
     numa = [0, 0, 0, 0, 1, 1, 1, 1]
     gpus = tuple(Gpu(i, f"GPU-{name}-{i}", H100, 81559, numa[i], i not in unhealthy) for i in range(8))
     links = tuple(tuple(0 if i == j else 18 for j in range(8)) for i in range(8))

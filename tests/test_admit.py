@@ -17,7 +17,10 @@ CLUSTER = snapshot(node("h1", H100, 8), node("a1", A100, 8, "paired"), node("l1"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def chain(p: dict, snap=CLUSTER, policy=Policy()):
+DEFAULT = Policy()
+
+
+def chain(p: dict, snap=CLUSTER, policy=DEFAULT):
     """What the API server does: mutate, apply the patch, validate the result."""
     m = admit.mutate(p, snap, policy)
     assert m.allowed, m.message
@@ -38,8 +41,17 @@ def test_shared_slice_gets_hami_limits_and_moves_memory_and_cores_to_the_annotat
     assert patched["metadata"]["labels"] == {"gpu-admission.io/managed": "true"}
     record = json.loads(patched["metadata"]["annotations"][ANNOTATION])
     assert record == {
-        "version": 1, "node": "a1", "gpus": [0], "uuids": ["GPU-a1-0"], "gpuCount": 1, "memoryMiB": 3000,
-        "cores": 30, "vendor": "nvidia", "model": "NVIDIA-A100-SXM4-40GB", "topology": "single", "loss": 0.0,
+        "version": 1,
+        "node": "a1",
+        "gpus": [0],
+        "uuids": ["GPU-a1-0"],
+        "gpuCount": 1,
+        "memoryMiB": 3000,
+        "cores": 30,
+        "vendor": "nvidia",
+        "model": "NVIDIA-A100-SXM4-40GB",
+        "topology": "single",
+        "loss": 0.0,
         "policy": "binpack",
     }
     assert v.allowed and v.patch == () and v.allocation == m.allocation
@@ -56,13 +68,20 @@ def test_required_affinity_lists_eligible_nodes_and_preferred_ranks_the_best() -
 
 
 def test_existing_node_affinity_terms_are_anded_with_ours() -> None:
-    user = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]},
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]},
-    ]}}}
+    user = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]},
+                ]
+            }
+        }
+    }
     _, patched, _ = chain(pod({"nvidia.com/gpu": 8}, affinity=user))
     terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+        "nodeSelectorTerms"
+    ]
     ours = [{"key": "metadata.name", "operator": "In", "values": ["a1", "h1"]}]
     assert terms == [
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}], "matchFields": ours},
@@ -92,8 +111,9 @@ def test_only_cores_given_takes_the_same_share_of_memory() -> None:
 
 def test_mps_backend_writes_mps_variables() -> None:
     policy = parse_policy({"defaults": {"backend": "mps"}})
-    _, patched, v = chain(pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 40}),
-                          policy=policy)
+    _, patched, v = chain(
+        pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 40}), policy=policy
+    )
     assert patched["spec"]["containers"][0]["env"] == [
         {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "40"},
         {"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=4000M,1=4000M"},
@@ -102,12 +122,14 @@ def test_mps_backend_writes_mps_variables() -> None:
 
 
 def test_quota_denial_names_quota_used_asked_and_limit() -> None:
-    snap = snapshot(node("h1", H100, 8), quotas={"team-a": (QuotaLimits("gpu-quota", gpus=4),)},
-                    used={"team-a": Usage(3, 0, 300)})
+    snap = snapshot(
+        node("h1", H100, 8), quotas={"team-a": (QuotaLimits("gpu-quota", gpus=4),)}, used={"team-a": Usage(3, 0, 300)}
+    )
     d = admit.mutate(pod({"nvidia.com/gpu": 2}), snap, Policy())
     assert not d.allowed and d.code == 403 and d.reason == "quota-exceeded"
-    assert d.message == ("exceeds ResourceQuota team-a/gpu-quota: requests.nvidia.com/gpu used 3, asked 2, "
-                         "limit 4; ask for at most 1")
+    assert d.message == (
+        "exceeds ResourceQuota team-a/gpu-quota: requests.nvidia.com/gpu used 3, asked 2, limit 4; ask for at most 1"
+    )
 
 
 def test_memory_quota_counts_memory_times_gpus() -> None:
@@ -118,8 +140,9 @@ def test_memory_quota_counts_memory_times_gpus() -> None:
 
 
 def test_near_quota_warns_under_120_characters() -> None:
-    snap = snapshot(node("h1", H100, 8), quotas={"team-a": (QuotaLimits("gpu-quota", gpus=4),)},
-                    used={"team-a": Usage(2, 0, 0)})
+    snap = snapshot(
+        node("h1", H100, 8), quotas={"team-a": (QuotaLimits("gpu-quota", gpus=4),)}, used={"team-a": Usage(2, 0, 0)}
+    )
     d = admit.mutate(pod({"nvidia.com/gpu": 2}), snap, Policy())
     assert d.allowed
     assert d.warnings == ("gpu-quota: requests.nvidia.com/gpu at 100% of quota after this pod",)
@@ -130,11 +153,19 @@ def test_near_quota_warns_under_120_characters() -> None:
     ("limits", "annotations", "reason", "fragment"),
     [
         ({"nvidia.com/gpu": 16}, None, "too-many-gpus", "asks for 16 GPUs in one pod; the largest eligible node has 8"),
-        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 90000}, None, "memory-too-large",
-         "the largest eligible card has 81559 MiB"),
+        (
+            {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 90000},
+            None,
+            "memory-too-large",
+            "the largest eligible card has 81559 MiB",
+        ),
         ({"nvidia.com/gpu": 1}, {"nvidia.com/use-gputype": "V100"}, "no-such-model", "asks for GPU model V100"),
-        ({"nvidia.com/gpu": 4}, {"gpu-admission.io/topology": "required", "nvidia.com/use-gputype": "L4"},
-         "too-many-gpus", "the largest eligible node has 2"),
+        (
+            {"nvidia.com/gpu": 4},
+            {"gpu-admission.io/topology": "required", "nvidia.com/use-gputype": "L4"},
+            "too-many-gpus",
+            "the largest eligible node has 2",
+        ),
     ],
 )
 def test_unsatisfiable_requests_are_422_with_the_figures(limits, annotations, reason, fragment) -> None:

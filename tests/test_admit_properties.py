@@ -26,9 +26,14 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     quotas = {}
     for ns in ("team-a", "team-b"):
         if draw(st.booleans()):
-            quotas[ns] = (QuotaLimits("q", gpus=draw(st.integers(0, 12)),
-                                      memory_mib=draw(st.none() | st.integers(0, 300000)),
-                                      cores=draw(st.none() | st.integers(0, 1200))),)
+            quotas[ns] = (
+                QuotaLimits(
+                    "q",
+                    gpus=draw(st.integers(0, 12)),
+                    memory_mib=draw(st.none() | st.integers(0, 300000)),
+                    cores=draw(st.none() | st.integers(0, 1200)),
+                ),
+            )
     return snapshot(*nodes, quotas=quotas)
 
 

@@ -21,9 +21,7 @@ from webhook.agent.metrics import AgentMetrics
 from webhook.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-NO_DRIVER_HINT = (
-    "is the NVIDIA driver installed, and are the GPUs and libnvidia-ml visible to this container?"
-)
+NO_DRIVER_HINT = "is the NVIDIA driver installed, and are the GPUs and libnvidia-ml visible to this container?"
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -64,8 +62,7 @@ def test_real_cli_without_nvml_library_prints_one_line_and_exits_3() -> None:
     assert done.returncode == 3
     assert done.stdout == ""
     assert done.stderr == (
-        "gpu-admission agent: error: NVML is not available: NVML Shared Library Not Found; "
-        f"{NO_DRIVER_HINT}\n"
+        f"gpu-admission agent: error: NVML is not available: NVML Shared Library Not Found; {NO_DRIVER_HINT}\n"
     )
 
 
@@ -240,8 +237,6 @@ def test_agent_counts_writes_and_failures() -> None:
     api.fail["get"] = [500]
     assert agent.run_pass() == "failed"
     registry = metrics.registry
-    assert (
-        registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
-    )
+    assert registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_failures_total", {"stage": "publish"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_last_success_timestamp_seconds") > 0

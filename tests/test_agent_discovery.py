@@ -173,6 +173,14 @@ def test_pcie_only_box_has_no_nvlink() -> None:
     }
 
 
+def test_bindings_older_than_the_newer_calls_still_discover_everything() -> None:
+    nvml = fake_nvml.dgx_h100()
+    nvml.nvmlDeviceGetNumaNodeId = None  # as if pynvml had no such attribute
+    nvml.nvmlDeviceGetNvLinkRemoteDeviceType = None
+    assert inventory(nvml) == inventory(fake_nvml.dgx_h100())
+    assert "nvmlDeviceGetMemoryAffinity" in nvml.calls
+
+
 def test_nvswitch_links_read_by_bus_id_count_as_switch_links() -> None:
     result = inventory(fake_nvml.dgx_h100(remote_type_supported=False))
     assert result["nvlink"] == uniform(8, 18)
@@ -231,6 +239,8 @@ def test_mig_enabled_is_reported() -> None:
         ({"remapped_rows": None, "retired_pending": 1}, False),  # pre-Ampere: pages waiting to retire
         ({"remapped_rows": None, "retired_pending": 0}, True),
         ({"lost": True}, False),
+        ({"health_denied": True}, True),  # not allowed to ask is not a fault
+        ({"health_denied": True, "remapped_rows": (0, 1, 1, 0)}, True),
     ],
 )
 def test_health(changes: dict, healthy: bool) -> None:

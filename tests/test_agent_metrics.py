@@ -92,9 +92,7 @@ def test_agent_counters() -> None:
     metrics.writes.labels("created").inc()
     metrics.failures.labels("publish").inc(2)
     registry = metrics.registry
-    assert (
-        registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
-    )
+    assert registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_failures_total", {"stage": "publish"}) == 2.0
 
 

@@ -22,9 +22,7 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_only_the_nvml_module_imports_pynvml() -> None:
     importers = sorted(
-        str(path.relative_to(ROOT))
-        for path in (ROOT / "webhook").rglob("*.py")
-        if "pynvml" in imported_modules(path)
+        str(path.relative_to(ROOT)) for path in (ROOT / "webhook").rglob("*.py") if "pynvml" in imported_modules(path)
     )
     assert importers == ["webhook/agent/nvml.py"]
 
@@ -34,7 +32,5 @@ def test_loading_the_agent_command_imports_no_heavy_library() -> None:
         "import sys, argparse, webhook.agent.main as m; m.add_arguments(argparse.ArgumentParser()); "
         "print(sorted(n for n in ('pynvml', 'kubernetes', 'prometheus_client') if n in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")

@@ -63,9 +63,7 @@ class FakeCustomObjects:
         self.objects[name] = self._stored(body)
         return copy.deepcopy(self.objects[name])
 
-    def replace_cluster_custom_object(
-        self, group: str, version: str, plural: str, name: str, body: dict
-    ) -> dict:
+    def replace_cluster_custom_object(self, group: str, version: str, plural: str, name: str, body: dict) -> dict:
         assert (group, version, plural) == ROUTE
         self.calls.append(("replace", name))
         self._maybe_fail("replace")
@@ -76,9 +74,7 @@ class FakeCustomObjects:
 
 
 def _api_error(status: int, body: str) -> ApiException:
-    err = ApiException(
-        status=status, reason={403: "Forbidden", 404: "Not Found", 409: "Conflict"}.get(status, "Error")
-    )
+    err = ApiException(status=status, reason={403: "Forbidden", 404: "Not Found", 409: "Conflict"}.get(status, "Error"))
     err.body = body
     return err
 
@@ -185,9 +181,7 @@ def test_endless_conflicts_give_up_with_one_line(api: FakeCustomObjects) -> None
     spec = machine_spec()
     publisher.publish(spec, inventory_status(spec, "1"))
     api.fail["replace"] = [409, 409, 409]
-    with pytest.raises(
-        PublishError, match=r"^GPUInventory 'gpu-node-1': gave up after 3 conflicting writes$"
-    ):
+    with pytest.raises(PublishError, match=r"^GPUInventory 'gpu-node-1': gave up after 3 conflicting writes$"):
         publisher.publish(spec, inventory_status(spec, "2"))
 
 
@@ -205,9 +199,7 @@ def test_forbidden_says_which_rights_are_missing(api: FakeCustomObjects) -> None
 def test_api_server_message_is_passed_on(api: FakeCustomObjects) -> None:
     api.fail["get"] = [500]
     spec = machine_spec()
-    with pytest.raises(
-        PublishError, match=r"^cannot read GPUInventory 'gpu-node-1': HTTP 500 Error: injected 500$"
-    ):
+    with pytest.raises(PublishError, match=r"^cannot read GPUInventory 'gpu-node-1': HTTP 500 Error: injected 500$"):
         InventoryPublisher(api, "gpu-node-1").publish(spec, inventory_status(spec, "1"))
 
 

@@ -31,8 +31,9 @@ def load(path: Path) -> x509.Certificate:
 
 def test_certs_writes_a_ca_and_a_serving_certificate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    printed = run_certs(capsys, "--service", "gpu-admission", "--namespace", "gpu-system", "--out", str(out),
-                        "--days", "30")
+    printed = run_certs(
+        capsys, "--service", "gpu-admission", "--namespace", "gpu-system", "--out", str(out), "--days", "30"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert printed == base64.b64encode((out / "ca.crt").read_bytes()).decode() + "\n"
     for name in ("tls.key", "ca.key"):
@@ -44,11 +45,16 @@ def test_certs_writes_a_ca_and_a_serving_certificate(tmp_path: Path, capsys: pyt
     assert isinstance(ca.public_key().curve, ec.SECP256R1)
     sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == [
-        "gpu-admission", "gpu-admission.gpu-system", "gpu-admission.gpu-system.svc",
-        "gpu-admission.gpu-system.svc.cluster.local", "localhost"]
+        "gpu-admission",
+        "gpu-admission.gpu-system",
+        "gpu-admission.gpu-system.svc",
+        "gpu-admission.gpu-system.svc.cluster.local",
+        "localhost",
+    ]
     assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     assert leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value == x509.ExtendedKeyUsage(
-        [ExtendedKeyUsageOID.SERVER_AUTH])
+        [ExtendedKeyUsageOID.SERVER_AUTH]
+    )
     assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
     lifetime = leaf.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
@@ -74,7 +80,8 @@ def test_renew_without_a_ca_names_the_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError) as caught:
         certs.issue_certificates(tmp_path, "wh", "ns", renew=True)
     assert str(caught.value) == (
-        f"{tmp_path / 'ca.crt'}: not found; --renew needs the CA made by an earlier `gpu-admission certs`")
+        f"{tmp_path / 'ca.crt'}: not found; --renew needs the CA made by an earlier `gpu-admission certs`"
+    )
 
 
 def test_renew_refuses_a_key_of_another_ca(tmp_path: Path) -> None:

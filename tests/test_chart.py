@@ -45,7 +45,12 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
     "default": ({}, None),
     "cert-manager": ({"certificates": {"mode": "certManager"}}, None),
     "cert-manager-own-issuer": (
-        {"certificates": {"mode": "certManager", "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},
+        {
+            "certificates": {
+                "mode": "certManager",
+                "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
+            }
+        },
         None,
     ),
     "builtin": ({"certificates": {"mode": "builtin"}}, None),
@@ -82,8 +87,10 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> helm_tool.Helm:
 
 @pytest.fixture(scope="module")
 def rendered(helm: helm_tool.Helm) -> dict[str, list[dict[str, Any]]]:
-    return {name: helm.template(values, release=RELEASE, namespace=NAMESPACE, kube_version=kube)
-            for name, (values, kube) in SCENARIOS.items()}
+    return {
+        name: helm.template(values, release=RELEASE, namespace=NAMESPACE, kube_version=kube)
+        for name, (values, kube) in SCENARIOS.items()
+    }
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -97,8 +104,11 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def pod_webhooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    hooks = [w for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-             for w in one(docs, kind)["webhooks"]]
+    hooks = [
+        w
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for w in one(docs, kind)["webhooks"]
+    ]
     return [w for w in hooks if w["rules"][0]["resources"] == ["pods"]]
 
 
@@ -122,8 +132,9 @@ def test_lint_strict(helm: helm_tool.Helm) -> None:
 
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_document_validates_strictly(rendered: dict[str, list[dict[str, Any]]], scenario: str,
-                                           version: str) -> None:
+def test_every_document_validates_strictly(
+    rendered: dict[str, list[dict[str, Any]]], scenario: str, version: str
+) -> None:
     checked = set()
     for doc in rendered[scenario]:
         if (doc["apiVersion"], doc["kind"]) in KINDS_WITHOUT_SCHEMA:
@@ -133,13 +144,22 @@ def test_every_document_validates_strictly(rendered: dict[str, list[dict[str, An
         except kubernetes_validate.ValidationError as err:
             pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} against {version}: {err.message} at {err.path}")
         checked.add(doc["kind"])
-    assert checked >= {"CustomResourceDefinition", "Deployment", "Service", "ConfigMap", "ClusterRole",
-                       "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PodDisruptionBudget"}
+    assert checked >= {
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "ClusterRole",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget",
+    }
 
 
 def test_schema_less_kinds_appear_only_where_expected(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    kinds = {name: {(d["apiVersion"], d["kind"]) for d in docs} & KINDS_WITHOUT_SCHEMA
-             for name, docs in rendered.items()}
+    kinds = {
+        name: {(d["apiVersion"], d["kind"]) for d in docs} & KINDS_WITHOUT_SCHEMA for name, docs in rendered.items()
+    }
     assert kinds["default"] == set()
     assert kinds["cert-manager"] == {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
     assert kinds["cert-manager-own-issuer"] == {("cert-manager.io/v1", "Certificate")}
@@ -192,19 +212,38 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["failurePolicy"] == "Fail"
     assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded"]
-    assert mutating[0]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                     "resources": ["pods"], "scope": "Namespaced"}]
+    assert mutating[0]["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     assert mutating[0]["clientConfig"]["service"]["path"] == "/mutate"
     inventories = validating[1]
-    assert inventories["rules"] == [{"apiGroups": ["gpu-admission.io"], "apiVersions": ["v1alpha1"],
-                                     "operations": ["CREATE", "UPDATE"], "resources": ["gpuinventories"],
-                                     "scope": "Cluster"}]
+    assert inventories["rules"] == [
+        {
+            "apiGroups": ["gpu-admission.io"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["gpuinventories"],
+            "scope": "Cluster",
+        }
+    ]
     assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate"]
 
 
 def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> None:
-    docs = helm.template({"webhook": {"timeoutSeconds": 3, "failurePolicy": {
-        "mutating": "Ignore", "validating": "Fail", "inventories": "Ignore"}}})
+    docs = helm.template(
+        {
+            "webhook": {
+                "timeoutSeconds": 3,
+                "failurePolicy": {"mutating": "Ignore", "validating": "Fail", "inventories": "Ignore"},
+            }
+        }
+    )
     mutating = one(docs, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
     assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Ignore"]
@@ -247,23 +286,36 @@ def rules_of(docs: list[dict[str, Any]], kind: str, name: str) -> list[dict[str,
 def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["default"]
     assert rules_of(docs, "ClusterRole", f"{FULLNAME}-webhook") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods", "namespaces", "resourcequotas"],
-         "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["nodes", "pods", "namespaces", "resourcequotas"],
+            "verbs": ["get", "list", "watch"],
+        },
         {"apiGroups": ["gpu-admission.io"], "resources": ["gpuinventories"], "verbs": ["get", "list", "watch"]},
     ]
     assert rules_of(docs, "ClusterRole", f"{FULLNAME}-agent") == [
-        {"apiGroups": ["gpu-admission.io"], "resources": ["gpuinventories"],
-         "verbs": ["get", "create", "update", "patch"]},
+        {
+            "apiGroups": ["gpu-admission.io"],
+            "resources": ["gpuinventories"],
+            "verbs": ["get", "create", "update", "patch"],
+        },
     ]
     for name in (f"{FULLNAME}-certs", f"{FULLNAME}-certs-hook"):
         assert rules_of(docs, "ClusterRole", name) == [
-            {"apiGroups": ["admissionregistration.k8s.io"],
-             "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
-             "resourceNames": [FULLNAME], "verbs": ["get", "patch"]},
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+                "resourceNames": [FULLNAME],
+                "verbs": ["get", "patch"],
+            },
         ]
         assert rules_of(docs, "Role", name) == [
-            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{FULLNAME}-tls"],
-             "verbs": ["get", "update", "patch"]},
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [f"{FULLNAME}-tls"],
+                "verbs": ["get", "update", "patch"],
+            },
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         ]
     # One replica keeps reservations in memory: no write access at all.
@@ -326,9 +378,12 @@ def test_high_availability_shares_reservations(rendered: dict[str, list[dict[str
     assert one(docs, "Deployment")["spec"]["replicas"] == 2
     assert "--reservations=api" in container(docs, "Deployment", FULLNAME)["args"]
     assert one(docs, "PodDisruptionBudget")["spec"] == {
-        "minAvailable": 1, "selector": one(docs, "Deployment")["spec"]["selector"]}
+        "minAvailable": 1,
+        "selector": one(docs, "Deployment")["spec"]["selector"],
+    }
     assert rules_of(docs, "Role", f"{FULLNAME}-reservations") == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}]
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}
+    ]
 
 
 def test_service_client_config_and_certificates_agree(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -337,8 +392,11 @@ def test_service_client_config_and_certificates_agree(rendered: dict[str, list[d
         service = one(docs, "Service")
         assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
         name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
-        for hook in [w for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-                     for w in one(docs, k)["webhooks"]]:
+        for hook in [
+            w
+            for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for w in one(docs, k)["webhooks"]
+        ]:
             ref = hook["clientConfig"]["service"]
             assert (ref["name"], ref["namespace"], ref["port"]) == (name, namespace, 443), scenario
         assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -346,7 +404,11 @@ def test_service_client_config_and_certificates_agree(rendered: dict[str, list[d
     svc = f"{FULLNAME}.{NAMESPACE}.svc"
     assert certificate["spec"]["dnsNames"] == [FULLNAME, f"{FULLNAME}.{NAMESPACE}", svc, f"{svc}.cluster.local"]
     for job in (one(rendered["builtin"], "Job"), one(rendered["builtin"], "CronJob")):
-        spec = job["spec"]["template"]["spec"] if job["kind"] == "Job" else job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        spec = (
+            job["spec"]["template"]["spec"]
+            if job["kind"] == "Job"
+            else job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        )
         args = spec["containers"][0]["args"]
         assert args[0] == "certs"
         assert f"--service={FULLNAME}" in args and f"--namespace={NAMESPACE}" in args
@@ -359,8 +421,7 @@ def test_certificate_modes_supply_the_ca_bundle(rendered: dict[str, list[dict[st
         return [one(docs, "MutatingWebhookConfiguration"), one(docs, "ValidatingWebhookConfiguration")]
 
     for conf in configurations("cert-manager"):
-        assert conf["metadata"]["annotations"] == {
-            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{FULLNAME}-serving"}
+        assert conf["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{FULLNAME}-serving"}
     for conf in configurations("existing-secret"):
         assert {w["clientConfig"]["caBundle"] for w in conf["webhooks"]} == {CA_BUNDLE}
         assert "annotations" not in conf["metadata"]
@@ -378,10 +439,17 @@ def test_builtin_certificate_hooks_run_around_install_and_upgrade(rendered: dict
     assert job["metadata"]["annotations"]["helm.sh/hook"] == events
     hook_objects = [d for d in docs if d["metadata"]["name"] == f"{FULLNAME}-certs-hook"]
     assert sorted(d["kind"] for d in hook_objects) == [
-        "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
     for d in hook_objects:  # in place before the Job, gone after it
         assert d["metadata"]["annotations"]["helm.sh/hook"] == events
-        assert int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+        assert int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+            job["metadata"]["annotations"]["helm.sh/hook-weight"]
+        )
     cron = one(docs, "CronJob")
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     assert "--renew-before-days=60" in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -427,15 +495,23 @@ def test_monitoring_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": f"{FULLNAME}-tls", "key": "ca.crt"}
     assert one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     alerts = {r["alert"]: r for g in one(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) >= {"GpuAdmissionSlowAdmissions", "GpuAdmissionErrors", "GpuAdmissionCacheStale",
-                           "GpuAdmissionCertificateExpiring", "GpuAdmissionQuotaNearlyFull"}
-    assert "> 1" in alerts["GpuAdmissionSlowAdmissions"]["expr"] and "0.99" in alerts["GpuAdmissionSlowAdmissions"]["expr"]
+    assert set(alerts) >= {
+        "GpuAdmissionSlowAdmissions",
+        "GpuAdmissionErrors",
+        "GpuAdmissionCacheStale",
+        "GpuAdmissionCertificateExpiring",
+        "GpuAdmissionQuotaNearlyFull",
+    }
+    assert (
+        "> 1" in alerts["GpuAdmissionSlowAdmissions"]["expr"] and "0.99" in alerts["GpuAdmissionSlowAdmissions"]["expr"]
+    )
     assert "14 * 86400" in alerts["GpuAdmissionCertificateExpiring"]["expr"]
     assert ">= 0.9" in alerts["GpuAdmissionQuotaNearlyFull"]["expr"]
     dashboard = json.loads(next(iter(one(docs, "ConfigMap", f"{FULLNAME}-dashboard")["data"].values())))
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     used = " ".join(exprs + [r["expr"] for r in alerts.values()])
     import re
+
     names = set(re.findall(r"gpu_admission_[a-z_]+", used))
     names = {re.sub(r"_(bucket|count|sum)$", "", n) for n in names}
     assert names <= METRICS and len(names) >= 9
@@ -449,17 +525,24 @@ def test_notes_explain_opt_in_and_emergency_removal(helm: helm_tool.Helm, tmp_pa
     assert f"kubectl delete validatingwebhookconfiguration {FULLNAME}" in out
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"webhook": {"replicas": -1}}, "at '/webhook/replicas': minimum: got -1, want 0"),
-    ({"certificates": {"mode": "selfSigned"}},
-     "at '/certificates/mode': value must be one of 'certManager', 'builtin', 'existingSecret'"),
-    ({"certificates": {"mode": "existingSecret", "existingSecret": {"name": "tls"}}},
-     "at '/certificates/existingSecret/caBundle': minLength: got 0, want 1"),
-    ({"webhook": {"timeoutSeconds": 31}}, "at '/webhook/timeoutSeconds': maximum: got 31, want 30"),
-    ({"webhook": {"failurePolicy": {"mutating": "ignore"}}}, "at '/webhook/failurePolicy/mutating'"),
-    ({"webhook": {"replica": 2}}, "additional properties 'replica' not allowed"),
-    ({"webhook": {"replicas": 2, "reservations": "memory"}}, "webhook.reservations: memory keeps reservations"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"webhook": {"replicas": -1}}, "at '/webhook/replicas': minimum: got -1, want 0"),
+        (
+            {"certificates": {"mode": "selfSigned"}},
+            "at '/certificates/mode': value must be one of 'certManager', 'builtin', 'existingSecret'",
+        ),
+        (
+            {"certificates": {"mode": "existingSecret", "existingSecret": {"name": "tls"}}},
+            "at '/certificates/existingSecret/caBundle': minLength: got 0, want 1",
+        ),
+        ({"webhook": {"timeoutSeconds": 31}}, "at '/webhook/timeoutSeconds': maximum: got 31, want 30"),
+        ({"webhook": {"failurePolicy": {"mutating": "ignore"}}}, "at '/webhook/failurePolicy/mutating'"),
+        ({"webhook": {"replica": 2}}, "additional properties 'replica' not allowed"),
+        ({"webhook": {"replicas": 2, "reservations": "memory"}}, "webhook.reservations: memory keeps reservations"),
+    ],
+)
 def test_bad_values_fail_naming_the_value(helm: helm_tool.Helm, values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm_tool.HelmError) as err:
         helm.template(values)

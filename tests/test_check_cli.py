@@ -74,8 +74,7 @@ def test_all_allowed_exits_0_and_text_names_the_node(tmp_path: Path, cluster: st
     manifest = write(tmp_path / "a.yaml", gpu_pod("one", 1))
     code, out, _ = run_check(capsys, "--cluster", cluster, manifest)
     assert code == 0
-    assert out.splitlines()[0] == (
-        f"ALLOW  Pod ml/one: node gpu-1, 1 GPU x 23034 MiB/100%, single  [{manifest}:0]")
+    assert out.splitlines()[0] == (f"ALLOW  Pod ml/one: node gpu-1, 1 GPU x 23034 MiB/100%, single  [{manifest}:0]")
     assert out.splitlines()[-1] == "1 allowed, 0 denied, 0 skipped"
 
 
@@ -87,21 +86,37 @@ def test_later_workloads_see_what_earlier_ones_took(tmp_path: Path, cluster: str
     assert [r["allowed"] for r in report["results"]] == [True, False]
     assert report["results"][1]["code"] == 403
     assert report["results"][1]["message"].startswith(
-        "exceeds ResourceQuota ml/gpus: requests.nvidia.com/gpu used 2, asked 1, limit 2")
+        "exceeds ResourceQuota ml/gpus: requests.nvidia.com/gpu used 2, asked 1, limit 2"
+    )
     assert report["summary"] == {"allowed": 1, "denied": 1, "skipped": 0}
 
 
 def test_json_result_shape_and_patch(tmp_path: Path, cluster: str, capsys) -> None:
-    manifest = write(tmp_path / "a.yaml", gpu_pod("one", 1) + "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+    service = "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n"
+    manifest = write(tmp_path / "a.yaml", gpu_pod("one", 1) + service)
     code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", manifest)
     assert code == 0
     first, second = json.loads(out)["results"]
-    assert set(first) >= {"source", "kind", "name", "namespace", "managed", "allowed", "code", "message",
-                          "warnings", "patch", "allocation"}
+    assert set(first) >= {
+        "source",
+        "kind",
+        "name",
+        "namespace",
+        "managed",
+        "allowed",
+        "code",
+        "message",
+        "warnings",
+        "patch",
+        "allocation",
+    }
     assert (first["source"], first["kind"], first["name"], first["namespace"]) == (f"{manifest}:0", "Pod", "one", "ml")
     assert first["allocation"]["node"] == "gpu-1" and first["allocation"]["gpuCount"] == 1
-    assert {"op": "add", "path": "/spec/tolerations",
-            "value": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]} in first["patch"]
+    assert {
+        "op": "add",
+        "path": "/spec/tolerations",
+        "value": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    } in first["patch"]
     assert second["skipped"] is True and second["kind"] == "Service"
 
 
@@ -126,7 +141,8 @@ def test_workload_replicas_count_against_quota(tmp_path: Path, cluster: str, cap
 
 
 def test_unmanaged_namespace_is_reported_as_not_managed(tmp_path: Path, cluster: str, capsys) -> None:
-    code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", write(tmp_path / "a.yaml", gpu_pod("x", 9, "free")))
+    manifest = write(tmp_path / "a.yaml", gpu_pod("x", 9, "free"))
+    code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", manifest)
     result = json.loads(out)["results"][0]
     assert code == 0 and result["managed"] is False and result["patch"] == []
 
@@ -176,19 +192,23 @@ def test_missing_file_exits_2(tmp_path: Path, cluster: str, capsys) -> None:
 
 def test_bad_policy_names_file_and_field(tmp_path: Path, cluster: str, capsys) -> None:
     policy = write(tmp_path / "policy.yaml", "defaults:\n  placement: densest\n")
-    code, _, err = run_check(capsys, "--cluster", cluster, "--policy", policy, write(tmp_path / "a.yaml", gpu_pod("a", 1)))
+    manifest = write(tmp_path / "a.yaml", gpu_pod("a", 1))
+    code, _, err = run_check(capsys, "--cluster", cluster, "--policy", policy, manifest)
     assert code == 2
     assert f"{policy}: document 0: field defaults.placement: expected one of random, best-fit" in err
 
 
 def test_bad_cluster_inventory_names_the_field(tmp_path: Path, capsys) -> None:
-    bad = write(tmp_path / "c.yaml", """
+    bad = write(
+        tmp_path / "c.yaml",
+        """
         apiVersion: gpu-admission.io/v1alpha1
         kind: GPUInventory
         metadata: {name: n1}
         spec: {version: 1, gpus: [{index: 0, uuid: GPU-1, model: X, memoryMiB: -5, numa: 0, healthy: true}],
                nvlink: [[0]], pcie: [[X]]}
-    """)
+    """,
+    )
     code, _, err = run_check(capsys, "--cluster", bad, write(tmp_path / "a.yaml", gpu_pod("a", 1)))
     assert code == 2 and "c.yaml" in err and "memoryMiB" in err and "Traceback" not in err
 
@@ -207,11 +227,31 @@ def test_readme_first_command_runs_from_an_installed_copy(tmp_path: Path) -> Non
     first = (ROOT / "README.md").read_text().split("```sh\n", 1)[1].splitlines()[0]
     assert first == "pip install . && gpu-admission check examples/"
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    done = subprocess.run([sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())",
-                           "check", "examples/"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from webhook.cli import main; sys.exit(main())", "check", "examples/"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert done.stderr == ""
     lines = done.stdout.splitlines()

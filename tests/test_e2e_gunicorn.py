@@ -124,8 +124,10 @@ def test_tls_versions_served(server: RunningServer, maximum: ssl.TLSVersion | No
     context = server.context()
     if maximum is not None:
         context.maximum_version = maximum
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
-            context.wrap_socket(raw, server_hostname="localhost") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
         assert tls.version() == negotiated
 
 
@@ -168,8 +170,11 @@ def test_200_concurrent_admissions_take_exactly_the_quota(server: RunningServer)
     conn.request("GET", "/metrics")
     metrics = conn.getresponse().read().decode()
     assert f'gpu_admission_quota_used{{namespace="team-a",resource="requests.nvidia.com/gpu"}} {QUOTA}.0' in metrics
-    denied_counts = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                     if line.startswith("gpu_admission_decisions_total{") and 'reason="quota-exceeded"' in line]
+    denied_counts = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("gpu_admission_decisions_total{") and 'reason="quota-exceeded"' in line
+    ]
     assert sum(denied_counts) == 200 - QUOTA
     conn.close()
 
@@ -189,8 +194,10 @@ def test_dry_run_answers_alike_and_reserves_nothing(server: RunningServer) -> No
 
 
 def peer_certificate(server: RunningServer) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
-            server.context().wrap_socket(raw, server_hostname="localhost") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        server.context().wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return der
@@ -200,8 +207,22 @@ def test_certificate_rotation_without_restart(workdir: Path, cert_dir: Path, ser
     before = peer_certificate(server)
     kept = server.connection()
     assert post_json(kept, "/validate", gpu_pod_review(namespace="kube-system", uid="k1"))[0] == 200
-    subprocess.run([*cli(), "certs", "--service", "gpu-admission", "--namespace", "gpu-admission",
-                    "--out", str(cert_dir), "--renew"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            *cli(),
+            "certs",
+            "--service",
+            "gpu-admission",
+            "--namespace",
+            "gpu-admission",
+            "--out",
+            str(cert_dir),
+            "--renew",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     after = peer_certificate(server)
     assert after != before
     assert ssl.DER_cert_to_PEM_cert(after).strip() == (cert_dir / "tls.crt").read_text().strip()
@@ -224,17 +245,28 @@ def test_logs_are_json_lines_one_per_admission(server: RunningServer) -> None:
 def test_webhook_agrees_with_check(workdir: Path, cert_dir: Path) -> None:
     """The same pods, the same cluster: `check` and the webhook give the same verdicts, patches and messages."""
     objects = cluster_objects()
-    objects.append({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "default"},
-                    "spec": {"hard": {"requests.nvidia.com/gpu": "3"}}})
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "q", "namespace": "default"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "3"}},
+        }
+    )
     cluster = write_cluster(workdir / "agree-cluster.json", objects)
     reviews = gpu_fixtures()
     for review in reviews:
         review["request"]["object"]["metadata"]["namespace"] = review["request"]["namespace"]
     manifest = workdir / "pods.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
-                                    "items": [r["request"]["object"] for r in reviews]}))
-    checked = subprocess.run([*cli(), "check", "--cluster", str(cluster), "-o", "json", str(manifest)],
-                             capture_output=True, text=True, timeout=120)
+    manifest.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [r["request"]["object"] for r in reviews]})
+    )
+    checked = subprocess.run(
+        [*cli(), "check", "--cluster", str(cluster), "-o", "json", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode in (0, 1), checked.stderr
     results = json.loads(checked.stdout)["results"]
     assert len(results) == len(reviews)

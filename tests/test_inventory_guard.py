@@ -106,9 +106,7 @@ def test_token_naming_two_nodes_is_refused() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "user", [UNBOUND, {"username": "x", "extra": {}}, {"username": "x", "extra": None}, {}]
-)
+@pytest.mark.parametrize("user", [UNBOUND, {"username": "x", "extra": {}}, {"username": "x", "extra": None}, {}])
 def test_writer_not_bound_to_a_node_may_write_any_inventory(user: dict) -> None:
     assert check_inventory_write(request(name="gpu-node-7", user=user)) == ALLOWED
 
@@ -167,9 +165,7 @@ def test_valid_inventory_gives_gpus_and_matrices() -> None:
     assert inventory_from_json(SPEC) == (
         (
             Gpu(index=0, uuid="GPU-0", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=0, healthy=True),
-            Gpu(
-                index=1, uuid="GPU-1", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=1, healthy=False
-            ),
+            Gpu(index=1, uuid="GPU-1", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559, numa=1, healthy=False),
         ),
         ((0, 18), (18, 0)),
         (("X", "SYS"), ("SYS", "X")),

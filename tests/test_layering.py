@@ -13,10 +13,12 @@ def test_core_imports_only_the_standard_library() -> None:
 
 
 def test_the_check_catches_a_third_party_import(tmp_path: Path) -> None:
-    (tmp_path / "bad.py").write_text(textwrap.dedent("""
+    (tmp_path / "bad.py").write_text(
+        textwrap.dedent("""
         import json
         from yaml import safe_load
         from . import model
-    """))
+    """)
+    )
     found = offending_imports(tmp_path)
     assert len(found) == 1 and found[0].endswith("imports yaml")

@@ -313,12 +313,8 @@ def doc(data: dict[str, object]) -> Document:
         ),
     ],
 )
-def test_workload_kinds(
-    kind: str, spec: dict[str, object], replicas: int, per_node: bool, pointer: str
-) -> None:
-    result = pod_templates(
-        doc({"kind": kind, "metadata": {"name": "w", "namespace": "team-a"}, "spec": spec})
-    )
+def test_workload_kinds(kind: str, spec: dict[str, object], replicas: int, per_node: bool, pointer: str) -> None:
+    result = pod_templates(doc({"kind": kind, "metadata": {"name": "w", "namespace": "team-a"}, "spec": spec}))
     assert isinstance(result, Workload)
     assert (
         result.kind,
@@ -404,9 +400,7 @@ def test_list_item_errors_name_the_item() -> None:
 
 
 def test_generate_name_carries_over() -> None:
-    result = pod_templates(
-        doc({"kind": "Job", "metadata": {"generateName": "run-"}, "spec": {"template": TEMPLATE}})
-    )
+    result = pod_templates(doc({"kind": "Job", "metadata": {"generateName": "run-"}, "spec": {"template": TEMPLATE}}))
     assert isinstance(result, Workload)
     assert result.pod["metadata"]["generateName"] == "run-"
     assert "name" not in result.pod["metadata"]

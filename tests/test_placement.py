@@ -68,16 +68,12 @@ def test_required_topology_on_pcie_only_cluster_has_no_eligible_node() -> None:
 
 
 def test_required_topology_counts_only_nvlink_cliques() -> None:
-    index = NodeIndex.build(
-        cluster(paired("p"), dgx("d")), {"d": NodeUsage((held(H100_CARD),) * 7 + (GpuUsage(),))}
-    )
+    index = NodeIndex.build(cluster(paired("p"), dgx("d")), {"d": NodeUsage((held(H100_CARD),) * 7 + (GpuUsage(),))})
     pair = place(request(2, topology=Topo.REQUIRED), index, PlacementContext())
     assert pair.eligible == ("d", "p") and nodes_of(pair.options) == ["p"]
     assert dict(pair.rejected) == {"busy": 1}
     four = place(request(4, topology=Topo.REQUIRED), index, PlacementContext())
-    assert (
-        four.eligible == ("d",) and four.options == () and dict(four.rejected) == {"topology": 1, "busy": 1}
-    )
+    assert four.eligible == ("d",) and four.options == () and dict(four.rejected) == {"topology": 1, "busy": 1}
 
 
 # -- every policy on one tiny cluster ---------------------------------------------------------------------
@@ -127,8 +123,7 @@ def test_gpu_choice_inside_the_node_follows_gpu_policy() -> None:
     assert packed == {"a": (6,), "b": (0,), "c": (0,)}
     assert spread == {"a": (6,), "b": (1,), "c": (1,)}
     pod_says = {
-        o.node: o.gpus
-        for o in place(_with(QUARTER, gpu_placement="spread"), index, PlacementContext()).options
+        o.node: o.gpus for o in place(_with(QUARTER, gpu_placement="spread"), index, PlacementContext()).options
     }
     assert pod_says == spread
     best = place(QUARTER, index, PlacementContext()).best
@@ -145,9 +140,7 @@ def test_fragmentation_policy_follows_the_fragmentation_measure() -> None:
     found = place(QUARTER, index, PlacementContext(policy="fragmentation", limit=3)).options
     by_node = {o.node: o for o in found}
     deltas = {
-        name: fragmentation_delta(
-            nodes[name], usage[name], commit(usage[name], o, QUARTER, nodes[name]), default_mix()
-        )
+        name: fragmentation_delta(nodes[name], usage[name], commit(usage[name], o, QUARTER, nodes[name]), default_mix())
         for name, o in by_node.items()
     }
     assert nodes_of(found) == sorted(deltas, key=lambda n: (deltas[n], n))
@@ -252,9 +245,7 @@ def test_uuid_lists_choose_the_gpu() -> None:
     index = filter_cluster()
     only = place(request(1, uuids_include=("GPU-p-3",)), index, PlacementContext()).best
     assert only is not None and (only.node, only.gpus) == ("p", (3,))
-    avoid = place(
-        request(1, models_include=("t4",), uuids_exclude=("GPU-t-0",)), index, PlacementContext()
-    ).best
+    avoid = place(request(1, models_include=("t4",), uuids_exclude=("GPU-t-0",)), index, PlacementContext()).best
     assert avoid is not None and (avoid.node, avoid.gpus) == ("t", (1,))
 
 
@@ -316,9 +307,7 @@ def test_updated_is_copy_on_write_and_apply_matches_a_rebuild() -> None:
     assert (best_before.node, best_after.node) == ("d0", "d2")  # binpack goes to the used node
     base.apply("d2", change)
     rebuilt = NodeIndex.build(nodes, {"d2": change})
-    assert (
-        [base.usage(n) for n in nodes] == [rebuilt.usage(n) for n in nodes] == [newer.usage(n) for n in nodes]
-    )
+    assert [base.usage(n) for n in nodes] == [rebuilt.usage(n) for n in nodes] == [newer.usage(n) for n in nodes]
     with pytest.raises(KeyError, match="unknown node 'nope'"):
         base.apply("nope", change)
 

@@ -25,9 +25,7 @@ def clusters(draw: st.DrawFn) -> dict[str, Node]:
         sick = draw(st.sets(st.integers(0, len(node.gpus) - 1), max_size=2))
         cpu = draw(st.sampled_from([16_000, 64_000, 0]))
         gpus = tuple(replace(g, healthy=g.index not in sick) for g in node.gpus)
-        nodes[node.name] = replace(
-            node, gpus=gpus, cpu_milli=cpu or node.cpu_milli, memory_mib=node.memory_mib
-        )
+        nodes[node.name] = replace(node, gpus=gpus, cpu_milli=cpu or node.cpu_milli, memory_mib=node.memory_mib)
     return nodes
 
 
@@ -54,9 +52,7 @@ def per_gpu(req: PodRequest, card: int) -> tuple[int, int]:
     """The request on one card, written independently of the code under test."""
     if not req.shared:
         return card, 100
-    memory = (
-        req.memory_mib if req.memory_mib is not None else card * (req.memory_pct or req.cores or 100) // 100
-    )
+    memory = req.memory_mib if req.memory_mib is not None else card * (req.memory_pct or req.cores or 100) // 100
     cores = req.cores if req.cores is not None else max(1, min(100, -(-memory * 100 // card)))
     return memory, cores
 
@@ -81,10 +77,7 @@ def fitting_gpus(node: Node, used: NodeUsage, req: PodRequest) -> list[int]:
 
 
 def can_host(node: Node, used: NodeUsage, req: PodRequest) -> bool:
-    if (
-        node.cpu_milli - used.cpu_milli < req.cpu_milli
-        or node.memory_mib - used.memory_mib < req.memory_mib_host
-    ):
+    if node.cpu_milli - used.cpu_milli < req.cpu_milli or node.memory_mib - used.memory_mib < req.memory_mib_host:
         return False
     gpus = fitting_gpus(node, used, req)
     if req.topology is Topo.REQUIRED and req.gpus > 1:
@@ -112,18 +105,14 @@ def check_usage(nodes: dict[str, Node], usage: dict[str, NodeUsage]) -> None:
     nodes=clusters(),
     stream=st.lists(st.tuples(requests(), st.sampled_from(POLICIES), st.booleans()), min_size=1, max_size=25),
 )
-def test_place_and_commit_never_overcommit(
-    nodes: dict[str, Node], stream: list[tuple[PodRequest, str, bool]]
-) -> None:
+def test_place_and_commit_never_overcommit(nodes: dict[str, Node], stream: list[tuple[PodRequest, str, bool]]) -> None:
     index = NodeIndex.build(nodes, {})
     first = NodeIndex.build(nodes, {})
     cow = first.updated({})
     usage = {name: index.usage(name) for name in nodes}
     empty = dict(usage)
     for req, policy, spread_inside in stream:
-        ctx = PlacementContext(
-            policy=policy, gpu_policy="spread" if spread_inside else "binpack", limit=3, seed=7
-        )
+        ctx = PlacementContext(policy=policy, gpu_policy="spread" if spread_inside else "binpack", limit=3, seed=7)
         found = place(req, index, ctx)
         assert place(req, cow, ctx) == found  # both ways of updating agree
         hosts = sorted(n for n in nodes if can_host(nodes[n], usage[n], req))

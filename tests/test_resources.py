@@ -143,9 +143,9 @@ def test_cpu_and_memory_round_up() -> None:
         ("volcano.sh/vgpu-number", ("nvidia", "count", 1)),
         ("volcano.sh/vgpu-memory", ("nvidia", "memory", 1)),
         ("volcano.sh/vgpu-cores", ("nvidia", "cores", 1)),
-        ("cambricon.com/vmlu", ("cambricon", "count", 256)),
+        ("cambricon.com/vmlu", ("cambricon", "count", 1)),
         ("cambricon.com/mlu.smlu.vmemory", ("cambricon", "memory", 256)),
-        ("cambricon.com/mlu370.smlu.vcore", ("cambricon", "cores", 256)),
+        ("cambricon.com/mlu370.smlu.vcore", ("cambricon", "cores", 1)),
         ("cambricon.com/mlu590.smlu.vmemory", ("cambricon", "memory", 256)),
         ("hygon.com/dcunum", ("hygon", "count", 1)),
         ("hygon.com/dcumem", ("hygon", "memory", 1)),
@@ -170,9 +170,7 @@ def test_vendor_of_resource() -> None:
 
 
 def test_hami_default_request() -> None:
-    request = parse_pod(
-        pod(ctr(limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}))
-    )
+    request = parse_pod(pod(ctr(limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30})))
     assert request.containers == (
         ContainerRequest(
             "main",
@@ -203,9 +201,7 @@ def test_memory_alone_implies_one_gpu() -> None:
 def test_requests_used_when_limits_absent_and_limits_win() -> None:
     only_requests = parse_pod(pod(ctr(requests={"nvidia.com/gpu": 2, "cpu": "1", "memory": "1Gi"})))
     assert only_requests.gpus == 2
-    both = parse_pod(
-        pod(ctr(limits={"nvidia.com/gpu": 3, "cpu": "4"}, requests={"nvidia.com/gpu": 2, "cpu": "2"}))
-    )
+    both = parse_pod(pod(ctr(limits={"nvidia.com/gpu": 3, "cpu": "4"}, requests={"nvidia.com/gpu": 2, "cpu": "2"})))
     assert both.gpus == 3
     assert both.cpu_milli == 2000  # host CPU: requests, as the scheduler counts it
 
@@ -224,9 +220,7 @@ def test_init_containers_count_as_kubernetes_does() -> None:
         ("b", False, 1),
         ("warmup", True, 0),
     ]
-    smaller_init = parse_pod(
-        pod(ctr("a", limits={"nvidia.com/gpu": 2}), init=[ctr("i", limits={"nvidia.com/gpu": 1})])
-    )
+    smaller_init = parse_pod(pod(ctr("a", limits={"nvidia.com/gpu": 2}), init=[ctr("i", limits={"nvidia.com/gpu": 1})]))
     assert smaller_init.gpus == 2
 
 
@@ -244,9 +238,7 @@ def test_sidecar_init_containers_add_to_app_containers() -> None:
 
 
 def test_pod_overhead_counts() -> None:
-    request = parse_pod(
-        pod(ctr(requests={"cpu": "1", "memory": "1Gi"}), overhead={"cpu": "250m", "memory": "120Mi"})
-    )
+    request = parse_pod(pod(ctr(requests={"cpu": "1", "memory": "1Gi"}), overhead={"cpu": "250m", "memory": "120Mi"}))
     assert (request.cpu_milli, request.memory_mib_host) == (1250, 1144)
 
 
@@ -294,8 +286,7 @@ def test_unknown_resources() -> None:
     mig = parse_pod(pod(ctr(limits={"nvidia.com/mig-3g.20gb": 1})))
     assert (mig.vendor, mig.gpus, mig.is_gpu_pod) == ("nvidia", 1, True)
     assert mig.warnings == (
-        "container 'main': nvidia.com/mig-3g.20gb is not in the vendor table; "
-        "counted as whole nvidia devices",
+        "container 'main': nvidia.com/mig-3g.20gb is not in the vendor table; counted as whole nvidia devices",
     )
     other = parse_pod(pod(ctr(limits={"example.com/gpu": "1"})))
     assert (other.vendor, other.gpus, other.is_gpu_pod) == ("", 0, False)
@@ -328,8 +319,7 @@ def test_unknown_resources() -> None:
         (
             {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 101},
             "invalid-quantity",
-            "container 'main': nvidia.com/gpumem-percentage is 101, outside 1..100; "
-            "write a whole percentage 1..100",
+            "container 'main': nvidia.com/gpumem-percentage is 101, outside 1..100; write a whole percentage 1..100",
         ),
         (
             {"nvidia.com/gpu": "lots"},
@@ -361,8 +351,7 @@ def test_unknown_resources() -> None:
         (
             {"nvidia.com/gpu": 1, "volcano.sh/vgpu-number": 1},
             "duplicate-resource",
-            "container 'main' gives the GPU count twice (nvidia.com/gpu and volcano.sh/vgpu-number); "
-            "keep one",
+            "container 'main' gives the GPU count twice (nvidia.com/gpu and volcano.sh/vgpu-number); keep one",
         ),
         (
             {"nvidia.com/gpu": 0, "nvidia.com/gpumem": 1000},
@@ -428,9 +417,7 @@ def test_parse_pod_never_raises(data: Any) -> None:
 
 def test_not_a_pod() -> None:
     request = parse_pod({"metadata": {"name": "x"}, "spec": {"containers": "oops"}})
-    assert request.violations == (
-        Violation("invalid-pod", 422, "spec.containers: a pod needs at least one container"),
-    )
+    assert request.violations == (Violation("invalid-pod", 422, "spec.containers: a pod needs at least one container"),)
 
 
 # --- annotations ------------------------------------------------------------------------------
@@ -483,9 +470,7 @@ def test_hami_policies() -> None:
 
 
 def test_hygon_type_annotation() -> None:
-    request = parse_pod(
-        pod(ctr(limits={"hygon.com/dcunum": 1}), annotations={"hygon.com/use-dcutype": "DCU-K100_AI"})
-    )
+    request = parse_pod(pod(ctr(limits={"hygon.com/dcunum": 1}), annotations={"hygon.com/use-dcutype": "DCU-K100_AI"}))
     assert request.models_include == ("DCU-K100_AI",)
 
 
@@ -544,8 +529,7 @@ def test_kai_annotations() -> None:
             {"gpu-fraction": "0.5"},
             {"nvidia.com/gpu": 1},
             "dialect-conflict",
-            "the pod asks for GPUs in resources and in the gpu-fraction/gpu-memory annotations; "
-            "use one of them",
+            "the pod asks for GPUs in resources and in the gpu-fraction/gpu-memory annotations; use one of them",
         ),
     ],
 )
@@ -598,9 +582,7 @@ def test_bypass_variables_make_a_gpu_pod_and_are_403(name: str) -> None:
     assert request.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format(name)),)
 
 
-@pytest.mark.parametrize(
-    "name", ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "PATH"]
-)
+@pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "PATH"])
 def test_harmless_variables(name: str) -> None:
     assert not is_bypass_env(name)
     request = parse_pod(pod(ctr(env={name: "0"})))
@@ -623,8 +605,7 @@ def test_ld_preload_and_privileged_only_matter_in_gpu_pods() -> None:
         Violation(
             "isolation-env",
             403,
-            "container 'main' sets LD_PRELOAD, which can unload the GPU limit library; "
-            "remove it from a GPU pod",
+            "container 'main' sets LD_PRELOAD, which can unload the GPU limit library; remove it from a GPU pod",
         ),
         Violation(
             "isolation-privileged",
@@ -653,8 +634,7 @@ def test_device_host_paths(path: str, denied: bool) -> None:
         Violation(
             "isolation-hostpath",
             403,
-            f"volume hostPath {path} exposes the node's GPU devices; "
-            "remove it and ask for GPUs in resources.limits",
+            f"volume hostPath {path} exposes the node's GPU devices; remove it and ask for GPUs in resources.limits",
         ),
     )
     assert request.violations == (expected if denied else ())
@@ -669,23 +649,17 @@ def test_our_own_limit_variables_are_not_a_bypass() -> None:
     container = ctr(limits={"nvidia.com/gpu": 1}, env=env)
     assert limit_env_of(container) == {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "30"}
     mutated = parse_pod(pod(container, annotations={"gpu-admission.io/allocation": "{}"}))
-    assert mutated.violations == (
-        Violation("isolation-env", 403, ENV_MESSAGE.format("NVIDIA_VISIBLE_DEVICES")),
-    )
+    assert mutated.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format("NVIDIA_VISIBLE_DEVICES")),)
     unmutated = parse_pod(pod(container))
     assert [v.message for v in unmutated.violations] == [ENV_MESSAGE.format(n) for n in env]
 
 
 def test_value_from_is_not_exempt() -> None:
     container = ctr(limits={"nvidia.com/gpu": 1})
-    container["env"] = [
-        {"name": "CUDA_DEVICE_SM_LIMIT", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
-    ]
+    container["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
     assert limit_env_of(container) == {}
     request = parse_pod(pod(container, annotations={"gpu-admission.io/allocation": "{}"}))
-    assert request.violations == (
-        Violation("isolation-env", 403, ENV_MESSAGE.format("CUDA_DEVICE_SM_LIMIT")),
-    )
+    assert request.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format("CUDA_DEVICE_SM_LIMIT")),)
 
 
 def test_is_gpu_pod_fast_path() -> None:

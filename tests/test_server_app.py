@@ -22,8 +22,18 @@ from webhook.server.source import StaticSource
 
 V1 = "admission.k8s.io/v1"
 PATCH = ({"op": "add", "path": "/metadata/labels", "value": {"gpu-admission.io/managed": "true"}},)
-ALLOCATION = Allocation(node=None, gpus=(), gpu_count=1, memory_mib=81559, cores=100, vendor="nvidia",
-                        model="NVIDIA-H100-80GB-HBM3", topology=TopologyClass.SINGLE, loss=0.0, policy="binpack")
+ALLOCATION = Allocation(
+    node=None,
+    gpus=(),
+    gpu_count=1,
+    memory_mib=81559,
+    cores=100,
+    vendor="nvidia",
+    model="NVIDIA-H100-80GB-HBM3",
+    topology=TopologyClass.SINGLE,
+    loss=0.0,
+    policy="binpack",
+)
 
 
 class Calls:
@@ -34,13 +44,17 @@ class Calls:
         self.forbid = forbid
         self.seen: list[tuple[str, Any, Any, str | None]] = []
 
-    def mutate(self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None) -> Decision:
+    def mutate(
+        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
+    ) -> Decision:
         if self.forbid:
             raise AssertionError("the core was called on the fast path")
         self.seen.append(("mutate", pod, policy, namespace))
         return self.decision
 
-    def validate(self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None) -> Decision:
+    def validate(
+        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
+    ) -> Decision:
         if self.forbid:
             raise AssertionError("the core was called on the fast path")
         self.seen.append(("validate", pod, policy, namespace))
@@ -67,8 +81,14 @@ def post(client: FlaskClient, endpoint: str, data: Any, content_type: str = "app
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "reason": reason,
-            "message": message}
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 @pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
@@ -77,12 +97,18 @@ def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
     [
         (b"", "empty body: expected an AdmissionReview"),
         (b"{not json", "invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-        (b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"u"}}',
-         'unsupported apiVersion "admission.k8s.io/v2": expected admission.k8s.io/v1'),
-        (b'{"apiVersion":"admission.k8s.io/v1","kind":"Review","request":{"uid":"u"}}',
-         'unsupported kind "Review": expected AdmissionReview'),
-        (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}',
-         "missing request.uid"),
+        (
+            b'{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{"uid":"u"}}',
+            'unsupported apiVersion "admission.k8s.io/v2": expected admission.k8s.io/v1',
+        ),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"Review","request":{"uid":"u"}}',
+            'unsupported kind "Review": expected AdmissionReview',
+        ),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}',
+            "missing request.uid",
+        ),
     ],
 )
 def test_malformed_review_is_400_with_reason(endpoint: str, raw: bytes, message: str) -> None:
@@ -128,9 +154,16 @@ def fast_path_cases() -> list[tuple[str, dict[str, Any]]]:
     own = gpu_pod_review(namespace="gpu-admission", uid="f7")
     delete = gpu_pod_review(uid="f8")
     delete["request"]["operation"] = "DELETE"
-    return [("not-create", update), ("not-a-pod", configmap), ("not-a-pod", binding), ("no-gpu-request", no_gpu),
-            ("mirror-pod", mirror), ("excluded-namespace", system), ("excluded-namespace", own),
-            ("not-create", delete)]
+    return [
+        ("not-create", update),
+        ("not-a-pod", configmap),
+        ("not-a-pod", binding),
+        ("no-gpu-request", no_gpu),
+        ("mirror-pod", mirror),
+        ("excluded-namespace", system),
+        ("excluded-namespace", own),
+        ("not-create", delete),
+    ]
 
 
 @pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
@@ -140,11 +173,14 @@ def test_fast_path_allows_unchanged_without_calling_the_core(endpoint: str, reas
     response = post(app.test_client(), endpoint, data)
     assert response.status_code == 200
     assert response.get_json() == {
-        "apiVersion": V1, "kind": "AdmissionReview", "response": {"uid": data["request"]["uid"], "allowed": True}
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "response": {"uid": data["request"]["uid"], "allowed": True},
     }
     metrics = app.test_client().get("/metrics").get_data(as_text=True)
-    assert (f'gpu_admission_decisions_total{{endpoint="{endpoint[1:]}",reason="{reason}",verdict="allowed"}} 1.0'
-            in metrics)
+    assert (
+        f'gpu_admission_decisions_total{{endpoint="{endpoint[1:]}",reason="{reason}",verdict="allowed"}} 1.0' in metrics
+    )
 
 
 def test_mutate_answers_a_base64_json_patch_and_passes_policy_and_namespace() -> None:
@@ -155,10 +191,15 @@ def test_mutate_answers_a_base64_json_patch_and_passes_policy_and_namespace() ->
     assert response.get_json() == {
         "apiVersion": V1,
         "kind": "AdmissionReview",
-        "response": {"uid": "m1", "allowed": True, "patch": encoded, "patchType": "JSONPatch",
-                     "warnings": ["near quota"]},
+        "response": {
+            "uid": "m1",
+            "allowed": True,
+            "patch": encoded,
+            "patchType": "JSONPatch",
+            "warnings": ["near quota"],
+        },
     }
-    (kind, pod, policy, namespace), = calls.seen
+    ((kind, pod, policy, namespace),) = calls.seen
     assert (kind, policy, namespace) == ("mutate", "the-policy", "team-a")
     assert pod == gpu_pod_review(uid="m1")["request"]["object"]
 
@@ -166,23 +207,36 @@ def test_mutate_answers_a_base64_json_patch_and_passes_policy_and_namespace() ->
 def test_validate_never_returns_a_patch() -> None:
     calls = Calls(Decision(allowed=True, patch=PATCH))
     response = post(client_for(calls), "/validate", gpu_pod_review(uid="v1"))
-    assert response.get_json() == {"apiVersion": V1, "kind": "AdmissionReview",
-                                   "response": {"uid": "v1", "allowed": True}}
+    assert response.get_json() == {
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "response": {"uid": "v1", "allowed": True},
+    }
     assert [c[0] for c in calls.seen] == ["validate"]
 
 
 @pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
 def test_denial_is_http_200_with_status(endpoint: str) -> None:
-    decision = Decision(allowed=False, code=403, reason="quota-exceeded",
-                        message='quota "gpus" in team-a: requests.nvidia.com/gpu used 2, asked 1, limit 2')
+    decision = Decision(
+        allowed=False,
+        code=403,
+        reason="quota-exceeded",
+        message='quota "gpus" in team-a: requests.nvidia.com/gpu used 2, asked 1, limit 2',
+    )
     response = post(client_for(Calls(decision)), endpoint, gpu_pod_review(uid="d1"))
     assert response.status_code == 200
     assert response.get_json() == {
         "apiVersion": V1,
         "kind": "AdmissionReview",
-        "response": {"uid": "d1", "allowed": False, "status": {
-            "code": 403, "reason": "quota-exceeded",
-            "message": 'quota "gpus" in team-a: requests.nvidia.com/gpu used 2, asked 1, limit 2'}},
+        "response": {
+            "uid": "d1",
+            "allowed": False,
+            "status": {
+                "code": 403,
+                "reason": "quota-exceeded",
+                "message": 'quota "gpus" in team-a: requests.nvidia.com/gpu used 2, asked 1, limit 2',
+            },
+        },
     }
 
 
@@ -206,9 +260,15 @@ def test_unexpected_exception_is_a_500_denial_logged_and_counted(
     assert response.get_json() == {
         "apiVersion": V1,
         "kind": "AdmissionReview",
-        "response": {"uid": "e1", "allowed": False, "status": {
-            "code": 500, "reason": "InternalError",
-            "message": "internal error in the GPU admission webhook (request uid e1); see its log"}},
+        "response": {
+            "uid": "e1",
+            "allowed": False,
+            "status": {
+                "code": 500,
+                "reason": "InternalError",
+                "message": "internal error in the GPU admission webhook (request uid e1); see its log",
+            },
+        },
     }
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and errors[0].uid == "e1" and "KeyError: 'spec'" in JsonFormatter().format(errors[0])
@@ -221,8 +281,11 @@ def test_unexpected_exception_is_a_500_denial_logged_and_counted(
 def test_api_version_is_echoed() -> None:
     data = {**gpu_pod_review(uid="b1"), "apiVersion": "admission.k8s.io/v1beta1"}
     response = post(client_for(Calls(Decision(allowed=True))), "/validate", data)
-    assert response.get_json() == {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
-                                   "response": {"uid": "b1", "allowed": True}}
+    assert response.get_json() == {
+        "apiVersion": "admission.k8s.io/v1beta1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "b1", "allowed": True},
+    }
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
@@ -231,8 +294,11 @@ def test_dry_run_gets_the_same_answer_and_records_nothing(dry_run: bool) -> None
     calls = Calls(Decision(allowed=True, allocation=ALLOCATION))
     data = gpu_pod_review(uid="req-9", pod_uid="pod-9", dry_run=dry_run)
     response = post(client_for(calls, source), "/validate", data)
-    assert response.get_json() == {"apiVersion": V1, "kind": "AdmissionReview",
-                                   "response": {"uid": "req-9", "allowed": True}}
+    assert response.get_json() == {
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "response": {"uid": "req-9", "allowed": True},
+    }
     assert source.reservations() == ({} if dry_run else {"pod-9": ("team-a", ALLOCATION)})
     counted = source.snapshot().namespace_usage.get("team-a")
     assert counted is None if dry_run else counted is not None and counted.gpus == 1
@@ -240,18 +306,34 @@ def test_dry_run_gets_the_same_answer_and_records_nothing(dry_run: bool) -> None
 
 def test_reservation_falls_back_to_the_request_uid_without_a_pod_uid() -> None:
     source = StaticSource(Snapshot())
-    post(client_for(Calls(Decision(allowed=True, allocation=ALLOCATION)), source), "/validate",
-         gpu_pod_review(uid="req-only"))
+    post(
+        client_for(Calls(Decision(allowed=True, allocation=ALLOCATION)), source),
+        "/validate",
+        gpu_pod_review(uid="req-only"),
+    )
     assert list(source.reservations()) == ["req-only"]
 
 
 def inventory_review(uid: str) -> dict[str, Any]:
-    return {"apiVersion": V1, "kind": "AdmissionReview", "request": {
-        "uid": uid, "operation": "UPDATE", "name": "gpu-b",
-        "resource": {"group": "gpu-admission.io", "version": "v1alpha1", "resource": "gpuinventories"},
-        "userInfo": {"username": "system:serviceaccount:gpu-admission:agent",
-                     "extra": {"authentication.kubernetes.io/node-name": ["gpu-a"]}},
-        "object": {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GPUInventory", "metadata": {"name": "gpu-b"}}}}
+    return {
+        "apiVersion": V1,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "operation": "UPDATE",
+            "name": "gpu-b",
+            "resource": {"group": "gpu-admission.io", "version": "v1alpha1", "resource": "gpuinventories"},
+            "userInfo": {
+                "username": "system:serviceaccount:gpu-admission:agent",
+                "extra": {"authentication.kubernetes.io/node-name": ["gpu-a"]},
+            },
+            "object": {
+                "apiVersion": "gpu-admission.io/v1alpha1",
+                "kind": "GPUInventory",
+                "metadata": {"name": "gpu-b"},
+            },
+        },
+    }
 
 
 def test_inventory_writes_go_to_the_guard_on_validate_only() -> None:
@@ -264,8 +346,10 @@ def test_inventory_writes_go_to_the_guard_on_validate_only() -> None:
     app = make_app(fake_core(Calls(forbid=True).mutate, Calls(forbid=True).validate, guard))
     response = post(app.test_client(), "/validate", inventory_review("i1"))
     assert response.get_json()["response"] == {
-        "uid": "i1", "allowed": False,
-        "status": {"code": 403, "reason": "inventory-node-mismatch", "message": "not your node"}}
+        "uid": "i1",
+        "allowed": False,
+        "status": {"code": 403, "reason": "inventory-node-mismatch", "message": "not your node"},
+    }
     assert seen == [inventory_review("i1")["request"]]
     response = post(app.test_client(), "/mutate", inventory_review("i2"))
     assert response.get_json()["response"] == {"uid": "i2", "allowed": True}
@@ -277,8 +361,11 @@ def test_one_json_log_line_per_admission_without_the_object(caplog: pytest.LogCa
     data["request"]["object"]["metadata"] = {"generateName": "train-", "namespace": "team-a"}
     data["request"]["object"]["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "value": "s3cret"}]
     with caplog.at_level(logging.INFO, logger="webhook.admission"):
-        post(client_for(Calls(Decision(allowed=False, code=422, reason="invalid-quantity", message="m"))),
-             "/validate", data)
+        post(
+            client_for(Calls(Decision(allowed=False, code=422, reason="invalid-quantity", message="m"))),
+            "/validate",
+            data,
+        )
     lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "webhook.admission"]
     assert len(lines) == 1
     entry = json.loads(lines[0])
@@ -286,9 +373,20 @@ def test_one_json_log_line_per_admission_without_the_object(caplog: pytest.LogCa
     del entry["time"]
     duration = entry.pop("duration_ms")
     assert isinstance(duration, float) and duration >= 0
-    assert entry == {"level": "info", "logger": "webhook.admission", "msg": "admission", "uid": "l1",
-                     "namespace": "team-a", "pod": "train-", "operation": "CREATE", "endpoint": "validate",
-                     "verdict": "denied", "reason": "invalid-quantity", "code": 422, "dry_run": True}
+    assert entry == {
+        "level": "info",
+        "logger": "webhook.admission",
+        "msg": "admission",
+        "uid": "l1",
+        "namespace": "team-a",
+        "pod": "train-",
+        "operation": "CREATE",
+        "endpoint": "validate",
+        "verdict": "denied",
+        "reason": "invalid-quantity",
+        "code": 422,
+        "dry_run": True,
+    }
 
 
 class Unready(StaticSource):
@@ -301,11 +399,12 @@ def test_probes() -> None:
     health = client.get("/healthz")
     assert (health.status_code, health.get_data(as_text=True)) == (200, "ok\n")
     ready = client.get("/readyz")
-    assert (ready.status_code, ready.get_data(as_text=True)) == (
-        200, "ok: static snapshot: 0 nodes, 0 reservations\n")
+    assert (ready.status_code, ready.get_data(as_text=True)) == (200, "ok: static snapshot: 0 nodes, 0 reservations\n")
     unready = client_for(Calls(), Unready(Snapshot())).get("/readyz")
     assert (unready.status_code, unready.get_data(as_text=True)) == (
-        503, "not ready: watch of pods has not listed yet\n")
+        503,
+        "not ready: watch of pods has not listed yet\n",
+    )
 
 
 def test_metrics_count_requests_by_endpoint_and_result() -> None:

@@ -22,8 +22,9 @@ from webhook.cluster.translate import build_snapshot
 from webhook.server.app import ServerConfig, create_app
 from webhook.server.source import StaticSource
 
-FUZZ = settings(max_examples=60, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow],
-                database=None)
+FUZZ = settings(
+    max_examples=60, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow], database=None
+)
 REVIEWS = [with_gpu(fixture_review(name), 2) for name in FIXTURE_FILES]
 
 
@@ -116,31 +117,67 @@ def test_mutated_reviews(client: FlaskClient, endpoint: str, data: st.DataObject
 
 
 quantities = st.one_of(
-    st.sampled_from(["1e308", "-5", "0", "0.5", "99999999999999999999Ei", "NaN", "Infinity", "1/2", "", " 2 ",
-                     "1Ki", "3m", "2.5", "1e-9", "0x10", "١", "+1", "1_000", "-0"]),
+    st.sampled_from(
+        [
+            "1e308",
+            "-5",
+            "0",
+            "0.5",
+            "99999999999999999999Ei",
+            "NaN",
+            "Infinity",
+            "1/2",
+            "",
+            " 2 ",
+            "1Ki",
+            "3m",
+            "2.5",
+            "1e-9",
+            "0x10",
+            "١",
+            "+1",
+            "1_000",
+            "-0",
+        ]
+    ),
     st.integers(-(2**70), 2**70).map(str),
     st.integers(-(2**70), 2**70),
     st.floats(),
     st.none(),
     st.lists(st.integers(), max_size=2),
 )
-GPU_KEYS = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
-            "hygon.com/dcunum", "cambricon.com/vmlu", "cpu", "memory"]
+GPU_KEYS = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "hygon.com/dcunum",
+    "cambricon.com/vmlu",
+    "cpu",
+    "memory",
+]
 
 
 @FUZZ
-@given(endpoint=endpoints, limits=st.dictionaries(st.sampled_from(GPU_KEYS), quantities, min_size=1, max_size=4),
-       use_requests=st.booleans(), annotation=st.none() | quantities)
-def test_absurd_quantities(client: FlaskClient, endpoint: str, limits: dict[str, Any], use_requests: bool,
-                           annotation: Any) -> None:
+@given(
+    endpoint=endpoints,
+    limits=st.dictionaries(st.sampled_from(GPU_KEYS), quantities, min_size=1, max_size=4),
+    use_requests=st.booleans(),
+    annotation=st.none() | quantities,
+)
+def test_absurd_quantities(
+    client: FlaskClient, endpoint: str, limits: dict[str, Any], use_requests: bool, annotation: Any
+) -> None:
     review = gpu_pod_review(uid="q")
     resources = review["request"]["object"]["spec"]["containers"][0]["resources"]
     resources["limits"] = limits
     if use_requests:
         resources["requests"] = dict(limits)
     if annotation is not None:
-        review["request"]["object"]["metadata"]["annotations"] = {"gpu-fraction": annotation,
-                                                                  "volcano.sh/vgpu-number": annotation}
+        review["request"]["object"]["metadata"]["annotations"] = {
+            "gpu-fraction": annotation,
+            "volcano.sh/vgpu-number": annotation,
+        }
     check_answer(client, endpoint, json.dumps(review).encode())
 
 
@@ -150,9 +187,12 @@ def test_huge_pods(client: FlaskClient, endpoint: str, containers: int, name_len
     review = gpu_pod_review(uid="huge")
     spec = review["request"]["object"]["spec"]
     spec["containers"] = [
-        {"name": f"c{i}-" + "x" * min(name_length, 50), "image": "cuda",
-         "env": [{"name": f"E{j}", "value": "v" * 20} for j in range(5)],
-         "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}
+        {
+            "name": f"c{i}-" + "x" * min(name_length, 50),
+            "image": "cuda",
+            "env": [{"name": f"E{j}", "value": "v" * 20} for j in range(5)],
+            "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}},
+        }
         for i in range(containers)
     ]
     review["request"]["object"]["metadata"]["annotations"] = {"note": "n" * name_length}

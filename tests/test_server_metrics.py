@@ -31,8 +31,10 @@ def cluster() -> Snapshot:
             "n1": NodeUsage(gpus=(GpuUsage(81559, 100, 1, True), GpuUsage(1000, 20, 1), GpuUsage(), GpuUsage())),
             "n2": NodeUsage(gpus=(GpuUsage(), GpuUsage())),
         },
-        quotas={"team-a": (QuotaLimits("a", gpus=8, memory_mib=100000), QuotaLimits("b", gpus=4)),
-                "team-b": (QuotaLimits("c", cores=400),)},
+        quotas={
+            "team-a": (QuotaLimits("a", gpus=8, memory_mib=100000), QuotaLimits("b", gpus=4)),
+            "team-b": (QuotaLimits("c", cores=400),),
+        },
         namespace_usage={"team-a": Usage(2, 82559, 120)},
     )
 
@@ -61,13 +63,25 @@ def test_reservations_show_in_the_gauges() -> None:
     from webhook.core.model import Allocation, Decision, TopologyClass
 
     source = StaticSource(cluster())
-    allocation = Allocation(node="n1", gpus=(2,), gpu_count=1, memory_mib=81559, cores=100, vendor="nvidia",
-                            model="H100", topology=TopologyClass.SINGLE, loss=0.0, policy="binpack")
+    allocation = Allocation(
+        node="n1",
+        gpus=(2,),
+        gpu_count=1,
+        memory_mib=81559,
+        cores=100,
+        vendor="nvidia",
+        model="H100",
+        topology=TopologyClass.SINGLE,
+        loss=0.0,
+        policy="binpack",
+    )
     source.commit("p", "team-a", lambda _s: Decision(allowed=True, allocation=allocation), False)
     metrics = AdmissionMetrics(source)
     assert samples(metrics, "gpu_admission_gpus_allocated")[(("model", "H100"),)] == 3.0
-    assert samples(metrics, "gpu_admission_quota_used")[
-        (("namespace", "team-a"), ("resource", "requests.nvidia.com/gpu"))] == 3.0
+    assert (
+        samples(metrics, "gpu_admission_quota_used")[(("namespace", "team-a"), ("resource", "requests.nvidia.com/gpu"))]
+        == 3.0
+    )
 
 
 def test_certificate_expiry_follows_the_file(tmp_path: Path) -> None:

@@ -25,20 +25,41 @@ def review(**request: object) -> dict[str, object]:
         (b"  \n", 400, "empty body: expected an AdmissionReview"),
         (b"{", 400, "invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
         (b"[1]", 400, "expected a JSON object (AdmissionReview), got list"),
-        (body({"kind": "AdmissionReview", "request": {"uid": "u"}}), 400,
-         "unsupported apiVersion (none): expected admission.k8s.io/v1"),
-        (body({"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "u"}}), 400,
-         'unsupported apiVersion "v1": expected admission.k8s.io/v1'),
-        (body({"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {"uid": "u"}}), 400,
-         'unsupported kind "Pod": expected AdmissionReview'),
-        (body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), 400,
-         "missing request: an AdmissionReview must carry a request object"),
-        (body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}), 400,
-         "missing request.uid"),
-        (body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}), 400,
-         "missing request.uid"),
-        (body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}}), 400,
-         "missing request.uid"),
+        (
+            body({"kind": "AdmissionReview", "request": {"uid": "u"}}),
+            400,
+            "unsupported apiVersion (none): expected admission.k8s.io/v1",
+        ),
+        (
+            body({"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "u"}}),
+            400,
+            'unsupported apiVersion "v1": expected admission.k8s.io/v1',
+        ),
+        (
+            body({"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {"uid": "u"}}),
+            400,
+            'unsupported kind "Pod": expected AdmissionReview',
+        ),
+        (
+            body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            400,
+            "missing request: an AdmissionReview must carry a request object",
+        ),
+        (
+            body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}),
+            400,
+            "missing request.uid",
+        ),
+        (
+            body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}),
+            400,
+            "missing request.uid",
+        ),
+        (
+            body({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}}),
+            400,
+            "missing request.uid",
+        ),
         (b" " * (rv.MAX_BODY_BYTES + 1), 413, "body of 3145729 bytes exceeds the limit of 3145728 bytes"),
     ],
 )
@@ -100,10 +121,14 @@ def test_v1beta1_is_accepted_and_remembered() -> None:
 def test_builders_exact_json() -> None:
     assert rv.allowed("u") == {"uid": "u", "allowed": True}
     assert rv.denied("u", 403, "quota gpus exceeded", "quota-exceeded") == {
-        "uid": "u", "allowed": False, "status": {"code": 403, "message": "quota gpus exceeded", "reason": "quota-exceeded"}
+        "uid": "u",
+        "allowed": False,
+        "status": {"code": 403, "message": "quota gpus exceeded", "reason": "quota-exceeded"},
     }
     assert rv.errored("u", 500, "boom") == {
-        "uid": "u", "allowed": False, "status": {"code": 500, "message": "boom", "reason": "InternalError"}
+        "uid": "u",
+        "allowed": False,
+        "status": {"code": 500, "message": "boom", "reason": "InternalError"},
     }
     ops = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
     expected_patch = base64.b64encode(b'[{"op":"add","path":"/metadata/labels","value":{"a":"b"}}]').decode()
@@ -111,7 +136,9 @@ def test_builders_exact_json() -> None:
     assert rv.decode_patch(rv.patched("u", ops)) == ops
     assert rv.patched("u", []) == {"uid": "u", "allowed": True}
     assert rv.envelope("admission.k8s.io/v1", rv.allowed("u")) == {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": True}
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "u", "allowed": True},
     }
 
 

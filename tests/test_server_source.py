@@ -10,8 +10,18 @@ from webhook.server.source import SnapshotSource, StaticSource
 
 
 def allocation(gpus: int = 1) -> Allocation:
-    return Allocation(node=None, gpus=(), gpu_count=gpus, memory_mib=1000, cores=100, vendor="nvidia",
-                      model="M", topology=TopologyClass.SINGLE, loss=0.0, policy="binpack")
+    return Allocation(
+        node=None,
+        gpus=(),
+        gpu_count=gpus,
+        memory_mib=1000,
+        cores=100,
+        vendor="nvidia",
+        model="M",
+        topology=TopologyClass.SINGLE,
+        loss=0.0,
+        policy="binpack",
+    )
 
 
 def quota_decider(namespace: str, limit: int, asked: int = 1) -> Callable[[Snapshot], Decision]:

@@ -82,16 +82,22 @@ def client_certificate(tmp_path: Path, ca_dir: Path) -> tuple[Path, Path]:
     ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # type: ignore[arg-type]
     cert_path, key_path = tmp_path / "client.crt", tmp_path / "client.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -133,7 +139,8 @@ def test_a_pair_that_does_not_load_keeps_the_previous_one(
         assert handshake(reloading.context(), client_context(pair.ca_cert)) == old
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and warnings[0].startswith(
-        "certificate files changed but do not load, still serving the previous ones:")
+        "certificate files changed but do not load, still serving the previous ones:"
+    )
     pair.key.write_bytes(good_key + b"\n")  # fixed: loads on the next connection
     assert handshake(reloading.context(), client_context(pair.ca_cert)) == old
     assert reloading.reloads == 1

@@ -117,9 +117,7 @@ def test_classes_and_loss_table() -> None:
     assert LinkGraph.of_node(paired()).classify((0, 1, 4)) is TopologyClass.MIXED
 
 
-def _exhaustive_rank(
-    node_links: tuple[tuple[int, ...], ...], free: tuple[int, ...], k: int
-) -> tuple[int, int]:
+def _exhaustive_rank(node_links: tuple[tuple[int, ...], ...], free: tuple[int, ...], k: int) -> tuple[int, int]:
     """Best (class rank, -NVLink pairs) over every k-subset, by brute force."""
     best = (3, 0)
     for combo in combinations(free, k):

@@ -11,8 +11,9 @@ import argparse
 import copy
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 from xml.etree import ElementTree
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT = 0, 1, 2

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.inventory import INVENTORY_VERSION
-from .nvml import error_text, text, unsupported
+from .nvml import error_text, optional, text, unsupported
 
 MIB = 1024 * 1024
 NUMA_NODE_MASK_WORDS = 16  # 64-bit words of the NUMA node mask asked from NVML: 1024 nodes
@@ -100,7 +100,7 @@ def numa_node(nvml: Any, handle: Any) -> int:
     """The GPU's NUMA node: nvmlDeviceGetNumaNodeId (drivers 535+), else the lowest node of its memory
     affinity; 0 when neither is known (a single-node machine reports -1)."""
     try:
-        node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        node = int(optional(nvml, "nvmlDeviceGetNumaNodeId")(handle))
         return node if node >= 0 else 0
     except unsupported(nvml):
         pass
@@ -116,22 +116,25 @@ def numa_node(nvml: Any, handle: Any) -> int:
 
 
 def is_healthy(nvml: Any, handle: Any) -> bool:
-    """False for a lost GPU or one with a failed/pending row remapping or pending page retirement."""
+    """False for a lost GPU or one with a failed/pending row remapping or pending page retirement.
+
+    A query this container may not make (no permission) is no evidence of a fault and is passed over.
+    """
     try:
-        _corrected, _uncorrected, pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
+        _corrected, _uncorrected, pending, failure = optional(nvml, "nvmlDeviceGetRemappedRows")(handle)
         if pending or failure:
             return False
-    except unsupported(nvml):
-        pass
-    except nvml.NVMLError:
+    except nvml.NVMLError_GpuIsLost:
         return False
+    except nvml.NVMLError:
+        pass
     try:
         if int(nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)) == nvml.NVML_FEATURE_ENABLED:
             return False
-    except unsupported(nvml):
-        pass
-    except nvml.NVMLError:
+    except nvml.NVMLError_GpuIsLost:
         return False
+    except nvml.NVMLError:
+        pass
     return True
 
 
@@ -173,11 +176,9 @@ def _remote_bus_id(nvml: Any, handle: Any, link: int) -> str | None:
         return None
 
 
-def _remote_kind(
-    nvml: Any, handle: Any, link: int, remote_bus: str | None, gpu_by_bus: dict[str, int]
-) -> str:
+def _remote_kind(nvml: Any, handle: Any, link: int, remote_bus: str | None, gpu_by_bus: dict[str, int]) -> str:
     try:
-        kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        kind = optional(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType")(handle, link)
     except nvml.NVMLError:
         kind = None
     if kind == nvml.NVML_NVLINK_DEVICE_TYPE_GPU:

@@ -94,9 +94,7 @@ def run_agent(
         if not args.print:
             from .publish import InventoryPublisher
 
-            publisher = InventoryPublisher(
-                api if api is not None else _custom_objects_api(args.kubeconfig), node_name
-            )
+            publisher = InventoryPublisher(api if api is not None else _custom_objects_api(args.kubeconfig), node_name)
         from .metrics import AgentMetrics, serve_metrics
 
         metrics = AgentMetrics(nvml, node_name)

@@ -33,9 +33,7 @@ class GpuCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         nvml = self.nvml
         families = {
-            "used": GaugeMetricFamily(
-                "gpu_admission_gpu_memory_used_bytes", "GPU memory in use", labels=GPU_LABELS
-            ),
+            "used": GaugeMetricFamily("gpu_admission_gpu_memory_used_bytes", "GPU memory in use", labels=GPU_LABELS),
             "total": GaugeMetricFamily(
                 "gpu_admission_gpu_memory_total_bytes", "GPU memory installed", labels=GPU_LABELS
             ),
@@ -47,18 +45,14 @@ class GpuCollector(Collector):
             "temp": GaugeMetricFamily(
                 "gpu_admission_gpu_temperature_celsius", "GPU core temperature", labels=GPU_LABELS
             ),
-            "power": GaugeMetricFamily(
-                "gpu_admission_gpu_power_watts", "GPU board power draw", labels=GPU_LABELS
-            ),
+            "power": GaugeMetricFamily("gpu_admission_gpu_power_watts", "GPU board power draw", labels=GPU_LABELS),
             "healthy": GaugeMetricFamily(
                 "gpu_admission_gpu_healthy",
                 "1 when the GPU has no lost state, failed or pending row remapping or pending retired pages",
                 labels=GPU_LABELS,
             ),
         }
-        up = GaugeMetricFamily(
-            "gpu_admission_agent_nvml_up", "1 when NVML answered this scrape for every GPU"
-        )
+        up = GaugeMetricFamily("gpu_admission_agent_nvml_up", "1 when NVML answered this scrape for every GPU")
         answered = True
         try:
             count = int(nvml.nvmlDeviceGetCount())

@@ -50,6 +50,19 @@ def unsupported(nvml: Any) -> tuple[type[BaseException], ...]:
     return (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)
 
 
+def optional(nvml: Any, name: str) -> Any:
+    """The binding `name`, or, with bindings older than it, a stand-in that raises FunctionNotFound as
+    NVML itself does for a driver that lacks the call."""
+    function = getattr(nvml, name, None)
+    if function is not None:
+        return function
+
+    def missing(*_args: Any) -> Any:
+        raise nvml.NVMLError_FunctionNotFound()
+
+    return missing
+
+
 def error_text(err: BaseException) -> str:
     """NVML's own wording of an error ("Driver Not Loaded"), falling back to the class name."""
     text = str(err).strip()

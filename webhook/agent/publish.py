@@ -85,9 +85,7 @@ class InventoryPublisher:
                 return "unchanged"
             if self._replace(current, spec, status):
                 return "replaced"
-        raise PublishError(
-            f"GPUInventory {self.node_name!r}: gave up after {MAX_ATTEMPTS} conflicting writes"
-        )
+        raise PublishError(f"GPUInventory {self.node_name!r}: gave up after {MAX_ATTEMPTS} conflicting writes")
 
     def _get(self) -> dict[str, Any] | None:
         try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from . import patch as patches
 from .limits import is_limit_env, limit_env
@@ -32,6 +33,7 @@ from .record import ANNOTATION, allocation_from_json
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, model_allowed
 from .topology import largest_nvlink_clique
+from .vendors import list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -66,9 +68,7 @@ def is_managed(namespace: str, snapshot: Snapshot, policy: Policy) -> bool:
 
 def _recorded(pod: Mapping[str, Any]) -> Allocation | None | str:
     """The allocation annotation: an Allocation, None when absent, or an error message."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    raw = annotations.get(ANNOTATION)
+    raw = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
     if raw is None:
         return None
     try:
@@ -79,13 +79,11 @@ def _recorded(pod: Mapping[str, Any]) -> Allocation | None | str:
 
 def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
     """A limit variable in the pod that differs from what the allocation dictates (a lifted limit)."""
-    spec = request.raw.get("spec") if isinstance(request.raw.get("spec"), Mapping) else {}
     for c in request.containers:
-        items = spec.get("initContainers" if c.init else "containers") or []
-        container = items[c.index] if c.index < len(items) and isinstance(items[c.index], Mapping) else {}
+        container = patches.container_of(request.raw, c)
         count = c.gpu.count if c.gpu else 0
         wanted = dict(limit_env(backend, count, allocation.memory_mib, allocation.cores))
-        for env in container.get("env") or []:
+        for env in list_of(container.get("env")):
             if not isinstance(env, Mapping) or not is_limit_env(str(env.get("name", ""))):
                 continue
             name = str(env.get("name"))
@@ -279,13 +277,11 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
 
 
 def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
-    spec = request.raw.get("spec") if isinstance(request.raw.get("spec"), Mapping) else {}
     for c in request.containers:
         if c.gpu is None or c.gpu.count <= 0:
             continue
-        items = spec.get("initContainers" if c.init else "containers") or []
-        container = items[c.index] if c.index < len(items) and isinstance(items[c.index], Mapping) else {}
-        have = {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, Mapping)}
+        env = list_of(patches.container_of(request.raw, c).get("env"))
+        have = {e.get("name"): e.get("value") for e in env if isinstance(e, Mapping)}
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
             if have.get(name) != value:
                 return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "

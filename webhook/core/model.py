@@ -6,9 +6,10 @@ core; nothing here knows about Kubernetes objects, HTTP or files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Mapping
+from enum import StrEnum
+from typing import Any
 
 # ---------------------------------------------------------------------------------------------
 # Cluster: nodes, their GPUs and links, what is in use
@@ -144,7 +145,7 @@ class Snapshot:
 # ---------------------------------------------------------------------------------------------
 
 
-class TopologyPreference(str, Enum):
+class TopologyPreference(StrEnum):
     REQUIRED = "required"
     PREFERRED = "preferred"
     NONE = "none"
@@ -233,7 +234,7 @@ class PodRequest:
 # ---------------------------------------------------------------------------------------------
 
 
-class TopologyClass(str, Enum):
+class TopologyClass(StrEnum):
     SINGLE = "single"  # one GPU: no inter-GPU traffic
     NVLINK = "nvlink"  # every pair linked by NVLink
     MIXED = "mixed"  # some pairs NVLink, some PCIe

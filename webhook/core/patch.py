@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .limits import limit_env
 from .model import Allocation, ContainerRequest, PodRequest
 from .record import ANNOTATION, allocation_to_json
+from .vendors import list_of
+from .vendors import mapping_of as _map
 
 MANAGED_LABEL = "gpu-admission.io/managed"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -26,12 +29,9 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _container(pod: Mapping[str, Any], c: ContainerRequest) -> Mapping[str, Any]:
-    items = _map(pod.get("spec")).get("initContainers" if c.init else "containers") or []
+def container_of(pod: Mapping[str, Any], c: ContainerRequest) -> Mapping[str, Any]:
+    """The container (or init container) that `c` was parsed from."""
+    items = list_of(_map(pod.get("spec")).get("initContainers" if c.init else "containers"))
     return _map(items[c.index]) if c.index < len(items) else {}
 
 
@@ -49,7 +49,7 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
     for c in request.containers:
         if c.gpu is None or c.gpu.count <= 0:
             continue
-        existing = _container(pod, c).get("env")
+        existing = container_of(pod, c).get("env")
         env = [copy.deepcopy(e) for e in existing] if isinstance(existing, list) else []
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
             if not any(isinstance(e, Mapping) and e.get("name") == name and e.get("value") == value for e in env):
@@ -63,7 +63,7 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     device count is there for the device plugin (`nvidia.com/gpu: 1` when only memory/cores were given)."""
     ops: list[Op] = []
     for c in request.containers:
-        old = _container(pod, c).get("resources")
+        old = container_of(pod, c).get("resources")
         resources = {k: copy.deepcopy(v) for k, v in _map(old).items()}
         for section in ("limits", "requests"):
             if isinstance(resources.get(section), Mapping):

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
+from .fitting import Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
-from .nodeindex import NodeClass, NodeIndex, Shape, State
+from .nodeindex import NodeClass, NodeIndex, Shape
+from .scoring import Candidate, option_of, score_all
 from .topology import expected_loss
 
 __all__ = [
@@ -86,18 +87,6 @@ def index_of(snapshot: Snapshot) -> NodeIndex:
 # -- candidates ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Candidate:
-    """One class of equivalent nodes that can host the pod now, with the GPUs it would get."""
-
-    state: State
-    names: tuple[str, ...]
-    choice: Choice
-    fit: Fit
-    loss: float = 0.0
-    score: float = 0.0
-
-
 def _uuid_masks(index: NodeIndex, demand: Demand) -> tuple[dict[str, int] | None, dict[str, int]]:
     """Per node, the GPUs the pod's UUID lists allow (include: only listed nodes) and forbid."""
     include: dict[str, int] | None = None
@@ -131,10 +120,10 @@ def _candidates(
     ctx: PlacementContext,
     rejected: dict[str, int],
     eligible: list[str] | None,
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked."""
     include, exclude = _uuid_masks(index, demand)
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
 
     def reject(reason: str, count: int) -> None:
         if count:
@@ -165,7 +154,7 @@ def _candidates(
             if isinstance(choice, str):
                 reject(choice, len(names))
             else:
-                out.append(_Candidate(node_class.state, names, choice, verdict))
+                out.append(Candidate(node_class.state, names, choice, verdict))
     return out
 
 
@@ -182,7 +171,7 @@ def _restricted(
     ctx: PlacementContext,
     masks: Mapping[str, int],
     only: bool,
-    out: list[_Candidate],
+    out: list[Candidate],
     reject: Callable[[str, int], None],
     eligible: list[str] | None,
 ) -> None:
@@ -201,129 +190,9 @@ def _restricted(
         if isinstance(choice, str):
             reject(choice, 1)
         else:
-            out.append(_Candidate(state, (name,), choice, fit))
+            out.append(Candidate(state, (name,), choice, fit))
     if only:
         reject("uuid", len(shape.names) - sum(1 for n in masks if index.statics.shape_of[n] is shape))
-
-
-# -- scoring ------------------------------------------------------------------------------------
-
-
-def _score_all(cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext) -> None:
-    weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
-    if len(weights) == 1:
-        ((name, weight),) = weights.items()
-        scores = _policy_scores(name, cands, request, demand, ctx)
-        for cand, value in zip(cands, scores, strict=True):
-            cand.score = weight * value
-        return
-    totals = [0.0] * len(cands)
-    for name, weight in sorted(weights.items()):
-        scores = _policy_scores(name, cands, request, demand, ctx)
-        low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
-        span = high - low
-        for i, value in enumerate(scores):
-            totals[i] += weight * ((value - low) / span if span > 0 else 0.0)
-    for cand, total in zip(cands, totals, strict=True):
-        cand.score = total
-
-
-def _policy_scores(
-    name: str, cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
-) -> list[float]:
-    if name in ctx.scorers:
-        scorer = ctx.scorers[name]
-        return [
-            scorer(request, c.state.shape.template, c.state.usage, _option(c, c.names[0], ctx)) for c in cands
-        ]
-    if name == "fragmentation":
-        return _fragmentation_scores(cands, request, demand, ctx)
-    if name == "random":
-        rng = random.Random(ctx.seed)
-        return [rng.random() for _ in cands]
-    if name not in _SCORES:
-        raise ValueError(f"unknown placement policy {name!r}")
-    score = _SCORES[name]
-    return [score(c.state, c.choice, demand) for c in cands]
-
-
-def _healthy(state: State) -> int:
-    return max(1, state.shape.healthy.bit_count())
-
-
-def _binpack(state: State, choice: Choice, demand: Demand) -> float:
-    return state.used_units / _healthy(state)
-
-
-def _spread(state: State, choice: Choice, demand: Demand) -> float:
-    return -state.used_units / _healthy(state)
-
-
-def _fewest_tasks(state: State, choice: Choice, demand: Demand) -> float:
-    return -state.usage.gpu_tasks + 0.5 * (1 - state.used_units / _healthy(state))
-
-
-def _taken(state: State, choice: Choice, demand: Demand) -> float:
-    """GPU units the pod takes on this node."""
-    if demand.exclusive:
-        return float(len(choice.gpus))
-    gpus = state.shape.template.gpus
-    return sum(
-        max(choice.memory / gpus[i].memory_mib if gpus[i].memory_mib else 0.0, choice.cores / 100)
-        for i in choice.gpus
-    )
-
-
-def _best_fit(state: State, choice: Choice, demand: Demand) -> float:
-    """Least remaining CPU and GPU after placement, each scaled by the node's capacity (FGD's best-fit)."""
-    node = state.shape.template
-    gpu_left = (_healthy(state) - state.used_units - _taken(state, choice, demand)) / _healthy(state)
-    cpu_left = (state.free_cpu - demand.cpu) / node.cpu_milli if node.cpu_milli > 0 else 0.0
-    return -(0.5 * gpu_left + 0.5 * cpu_left)
-
-
-def _dot_product(state: State, choice: Choice, demand: Demand) -> float:
-    """Tetris alignment of request and free capacity; as FGD's baseline, the smaller product wins."""
-    node = state.shape.template
-    healthy = _healthy(state)
-    gpu = (healthy - state.used_units) / healthy * _taken(state, choice, demand) / healthy
-    cpu = state.free_cpu * demand.cpu / node.cpu_milli**2 if node.cpu_milli > 0 else 0.0
-    return -(gpu + cpu) / 2
-
-
-_SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
-    "binpack": _binpack,
-    "spread": _spread,
-    "fewest-tasks": _fewest_tasks,
-    "best-fit": _best_fit,
-    "dot-product": _dot_product,
-}
-
-
-def _fragmentation_scores(
-    cands: list[_Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
-) -> list[float]:
-    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node."""
-    from .fragmentation import default_mix, fragmentation_delta
-
-    mix = ctx.workload_mix or default_mix()
-    scores = []
-    for cand in cands:
-        node = cand.state.shape.template
-        before = cand.state.usage
-        alternatives = [cand.choice]
-        if not demand.exclusive and demand.count == 1:
-            alternatives = list(cand.choice.alternatives) or alternatives
-        best: tuple[float, Choice] | None = None
-        for choice in alternatives:
-            after = _after(before, choice, demand, node)
-            delta = fragmentation_delta(node, before, after, mix)
-            if best is None or delta < best[0]:
-                best = (delta, choice)
-        assert best is not None
-        cand.choice = best[1]
-        scores.append(-best[0])
-    return scores
 
 
 # -- the decision -------------------------------------------------------------------------------
@@ -352,15 +221,15 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     if ctx.policy == "random":
         options = _random_options(cands, topology_first, ctx)
     else:
-        _score_all(cands, request, demand, ctx)
+        score_all(cands, request, demand, ctx)
         options = _best_options(cands, topology_first, ctx)
     return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
 
 
-def _best_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
+def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
     """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
 
-    def key(c: _Candidate) -> tuple[float, float]:
+    def key(c: Candidate) -> tuple[float, float]:
         return (c.loss if topology_first else 0.0, -c.score)
 
     ordered = sorted(cands, key=lambda c: (key(c), c.names[0]))
@@ -374,15 +243,15 @@ def _best_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementC
         for name, k in merged:
             if len(options) >= ctx.limit:
                 break
-            options.append(_option(ordered[k], name, ctx))
+            options.append(option_of(ordered[k], name, ctx))
         i = j
     return options
 
 
-def _random_options(cands: list[_Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
+def _random_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
     """Nodes drawn uniformly (seeded), the lowest-loss group first for multi-GPU pods."""
     rng = random.Random(ctx.seed)
-    groups: dict[float, list[_Candidate]] = {}
+    groups: dict[float, list[Candidate]] = {}
     for cand in sorted(cands, key=lambda c: c.names[0]):
         groups.setdefault(cand.loss if topology_first else 0.0, []).append(cand)
     options: list[Option] = []
@@ -396,43 +265,11 @@ def _random_options(cands: list[_Candidate], topology_first: bool, ctx: Placemen
         for drawn in rng.sample(range(total), min(total, ctx.limit - len(options))):
             k = bisect_right(bounds, drawn)
             start = bounds[k - 1] if k else 0
-            option = _option(group[k], group[k].names[drawn - start], ctx)
+            option = option_of(group[k], group[k].names[drawn - start], ctx)
             options.append(replace(option, score=float(ctx.limit - len(options))))
         if len(options) >= ctx.limit:
             break
     return options
-
-
-def _option(cand: _Candidate, name: str, ctx: PlacementContext) -> Option:
-    choice = cand.choice
-    return Option(
-        node=name,
-        gpus=choice.gpus,
-        memory_mib=choice.memory,
-        cores=choice.cores,
-        topology=choice.topology,
-        loss=expected_loss(choice.topology, ctx.topology_loss),
-        score=cand.score,
-    )
-
-
-def _after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:
-    gpus = list(usage.gpus)
-    for i in choice.gpus:
-        before = gpus[i]
-        whole = demand.exclusive or (choice.cores >= 100 and choice.memory >= node.gpus[i].memory_mib)
-        gpus[i] = GpuUsage(
-            memory_mib=before.memory_mib + choice.memory,
-            cores=before.cores + choice.cores,
-            tasks=before.tasks + 1,
-            exclusive=before.exclusive or whole,
-        )
-    return NodeUsage(
-        gpus=tuple(gpus),
-        cpu_milli=usage.cpu_milli + demand.cpu,
-        memory_mib=usage.memory_mib + demand.host_memory,
-        gpu_tasks=usage.gpu_tasks + 1,
-    )
 
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:

@@ -6,8 +6,9 @@ bad ConfigMap is refused with a message the operator can act on instead of half-
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .model import TopologyClass, TopologyPreference
 
@@ -191,7 +192,8 @@ def parse_policy(
     _known(
         root,
         "",
-        ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix", "namespaces"),
+        ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
+         "namespaces"),
     )
     defaults = _mapping(root.get("defaults"), "defaults")
     _known(
@@ -249,8 +251,8 @@ def parse_policy(
             kwargs["reservation_ttl_seconds"] = _number(res["ttlSeconds"], "reservations.ttlSeconds", 1.0)
     if "workloadMix" in root:
         mix = root["workloadMix"]
-        if not isinstance(mix, list) or not mix:
-            raise PolicyError("workloadMix", "expected a non-empty list of {gpus, milli, weight}")
+        if not isinstance(mix, list):
+            raise PolicyError("workloadMix", "expected a list of {gpus, milli, weight}")
         entries = []
         for i, raw in enumerate(mix):
             item = _mapping(raw, f"workloadMix[{i}]")

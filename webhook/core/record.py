@@ -6,7 +6,8 @@ contract: keys are stable and unknown keys are ignored.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .model import Allocation, TopologyClass
 

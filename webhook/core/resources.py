@@ -8,7 +8,6 @@ what to change, so the webhook and `check` answer the same thing for the same po
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from .model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference, Violation
@@ -19,7 +18,6 @@ from .vendors import (
     HAMI_NODE_POLICY,
     HAMI_POLICIES,
     KAI_FRACTION,
-    KAI_FRACTION_DEVICES,
     KAI_MEMORY,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
@@ -36,6 +34,7 @@ from .vendors import (
     is_gpu_pod,
     is_gpu_resource,
     is_limit_env,
+    kai_request,
     limit_env_of,
     list_of,
     looks_like_gpu,
@@ -88,9 +87,7 @@ def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes:
     """A GPU resource value as a whole number within sensible bounds, or None after a violation."""
     hint = {
         "count": "a whole number of devices, e.g. 1",
-        "memory": f"a whole number ({unit} MiB units), e.g. 3000"
-        if unit != 1
-        else "a whole number of MiB, e.g. 3000",
+        "memory": f"a whole number ({unit} MiB units), e.g. 3000" if unit != 1 else "a whole number of MiB, e.g. 3000",
         "memory_pct": "a whole percentage 1..100",
         "cores": "a whole percentage 1..100",
     }[field]
@@ -115,9 +112,7 @@ def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes:
         )
         return None
     if field == "count" and value > MAX_GPUS:
-        notes.deny(
-            "invalid-quantity", 422, f"{where}: {name} is {value} devices; write a count up to {MAX_GPUS}"
-        )
+        notes.deny("invalid-quantity", 422, f"{where}: {name} is {value} devices; write a count up to {MAX_GPUS}")
         return None
     return value * unit if field == "memory" else value
 
@@ -196,9 +191,7 @@ def _parse_container(
                 "or cores; ask for at least 1 GPU or remove them",
             )
         if count > 0:
-            gpu = GpuRequest(
-                vendor, count, _get(values, "memory"), _get(values, "memory_pct"), _get(values, "cores")
-            )
+            gpu = GpuRequest(vendor, count, _get(values, "memory"), _get(values, "memory_pct"), _get(values, "cores"))
     host_cpu, host_mem = 0, 0
     for name in ("cpu", "memory"):
         raw = requests.get(name, limits.get(name))
@@ -223,8 +216,7 @@ def _parse_container(
                 Violation(
                     "isolation-env",
                     403,
-                    f"{where} sets LD_PRELOAD, which can unload the GPU "
-                    "limit library; remove it from a GPU pod",
+                    f"{where} sets LD_PRELOAD, which can unload the GPU limit library; remove it from a GPU pod",
                 )
             )
     if mapping_of(container.get("securityContext")).get("privileged") is True:
@@ -232,8 +224,7 @@ def _parse_container(
             Violation(
                 "isolation-privileged",
                 403,
-                f"{where} is privileged, which exposes every GPU of "
-                "the node; set securityContext.privileged: false",
+                f"{where} is privileged, which exposes every GPU of the node; set securityContext.privileged: false",
             )
         )
     given = container.get("name")
@@ -267,60 +258,6 @@ def _csv(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def _annotation_request(annotations: Mapping[str, Any], notes: _Notes) -> GpuRequest | None:
-    """KAI-Scheduler's gpu-fraction / gpu-memory annotations as a one-container NVIDIA request."""
-    fraction, memory = annotations.get(KAI_FRACTION), annotations.get(KAI_MEMORY)
-    if fraction is None and memory is None:
-        return None
-    if fraction is not None and memory is not None:
-        notes.deny(
-            "invalid-annotation", 422, f"annotations {KAI_FRACTION} and {KAI_MEMORY} are both set; keep one"
-        )
-        return None
-    count = 1
-    devices = annotations.get(KAI_FRACTION_DEVICES)
-    if devices is not None:
-        try:
-            parsed = parse_quantity(devices)
-        except QuantityError:
-            parsed = Fraction(-1)
-        if parsed.denominator != 1 or not 1 <= parsed <= MAX_GPUS:
-            notes.deny(
-                "invalid-annotation",
-                422,
-                f"annotation {KAI_FRACTION_DEVICES} is {devices!r}; write a whole number of GPUs such as 2",
-            )
-            return None
-        count = int(parsed)
-    if fraction is not None:
-        try:
-            share = parse_quantity(fraction)
-        except QuantityError:
-            share = Fraction(-1)
-        if not 0 < share <= 1:
-            notes.deny(
-                "invalid-annotation",
-                422,
-                f"annotation {KAI_FRACTION} is {fraction!r}; "
-                'write a fraction of one GPU in (0, 1], e.g. "0.5"',
-            )
-            return None
-        pct = max(1, round(share * 100))
-        return GpuRequest("nvidia", count, None, pct, pct)
-    try:
-        mib = parse_quantity(memory)
-    except QuantityError:
-        mib = Fraction(-1)
-    if mib.denominator != 1 or not 1 <= mib <= MAX_GPU_MEMORY_MIB:
-        notes.deny(
-            "invalid-annotation",
-            422,
-            f'annotation {KAI_MEMORY} is {memory!r}; write a whole number of MiB such as "2000"',
-        )
-        return None
-    return GpuRequest("nvidia", count, int(mib), None, None)
-
-
 def _choice(
     annotations: Mapping[str, Any], key: str, allowed: frozenset[str], notes: _Notes, strict: bool = True
 ) -> str | None:
@@ -342,9 +279,7 @@ def _choice(
 def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: _Notes) -> dict[str, Any]:
     """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does."""
     restartable = {
-        i
-        for i, c in enumerate(list_of(spec.get("initContainers")))
-        if mapping_of(c).get("restartPolicy") == "Always"
+        i for i, c in enumerate(list_of(spec.get("initContainers"))) if mapping_of(c).get("restartPolicy") == "Always"
     }
     app = [c for c in containers if not c.init]
     init = [c for c in containers if c.init]
@@ -389,7 +324,9 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         request, found = _parse_container(container, index, init, exempt_env, notes)
         containers.append(request)
         findings.extend(found)
-    annotation_gpu = _annotation_request(annotations, notes)
+    annotation_gpu, annotation_error = kai_request(annotations)
+    if annotation_error:
+        notes.deny("invalid-annotation", 422, annotation_error)
     if annotation_gpu is not None:
         if any(c.gpu for c in containers):
             notes.deny(
@@ -400,9 +337,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
             )
         elif containers:
             first = (
-                next(i for i, c in enumerate(containers) if not c.init)
-                if any(not c.init for c in containers)
-                else 0
+                next(i for i, c in enumerate(containers) if not c.init) if any(not c.init for c in containers) else 0
             )
             c = containers[first]
             containers[first] = ContainerRequest(
@@ -410,9 +345,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
             )
     vendors = sorted({c.gpu.vendor for c in containers if c.gpu})
     if len(vendors) > 1:
-        notes.deny(
-            "mixed-vendors", 422, f"the pod asks for {' and '.join(vendors)} devices; use one vendor per pod"
-        )
+        notes.deny("mixed-vendors", 422, f"the pod asks for {' and '.join(vendors)} devices; use one vendor per pod")
     host_paths = [
         str(mapping_of(mapping_of(v).get("hostPath")).get("path"))
         for v in list_of(spec.get("volumes"))

@@ -10,8 +10,12 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
+
+from .model import GpuRequest
+from .quantity import QuantityError, parse_quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +126,7 @@ def classify_resource(name: str) -> tuple[str, str, int] | None:
             if template is None:
                 continue
             if template == name or ("<model>" in template and _name_pattern(template).fullmatch(name)):
-                return row.vendor, field_name, row.memory_unit_mib
+                return row.vendor, field_name, row.memory_unit_mib if field_name == "memory" else 1
     domain = name.partition("/")[0]
     if domain in VENDOR_DOMAINS and name not in NOT_DEVICES and "/" in name:
         return VENDOR_DOMAINS[domain], "device", 1
@@ -198,15 +202,45 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     for _, _, container in containers_of(spec):
         resources = mapping_of(container.get("resources"))
         for key in ("limits", "requests"):
-            if any(
-                isinstance(name, str) and is_gpu_resource(name) for name in mapping_of(resources.get(key))
-            ):
+            if any(isinstance(name, str) and is_gpu_resource(name) for name in mapping_of(resources.get(key))):
                 return True
         for entry in list_of(container.get("env")):
             name = mapping_of(entry).get("name")
             if isinstance(name, str) and is_bypass_env(name):
                 return True
     return any(
-        is_device_hostpath(mapping_of(mapping_of(v).get("hostPath")).get("path"))
-        for v in list_of(spec.get("volumes"))
+        is_device_hostpath(mapping_of(mapping_of(v).get("hostPath")).get("path")) for v in list_of(spec.get("volumes"))
     )
+
+
+def _number(value: object) -> Fraction | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def kai_request(annotations: Mapping[str, Any]) -> tuple[GpuRequest | None, str | None]:
+    """KAI-Scheduler's gpu-fraction / gpu-memory annotations as an NVIDIA request, or what is wrong."""
+    fraction, memory = annotations.get(KAI_FRACTION), annotations.get(KAI_MEMORY)
+    if fraction is None and memory is None:
+        return None, None
+    if fraction is not None and memory is not None:
+        return None, f"annotations {KAI_FRACTION} and {KAI_MEMORY} are both set; keep one"
+    count = 1
+    devices = annotations.get(KAI_FRACTION_DEVICES)
+    if devices is not None:
+        parsed = _number(devices)
+        if parsed is None or parsed.denominator != 1 or not 1 <= parsed <= MAX_GPUS:
+            return None, f"annotation {KAI_FRACTION_DEVICES} is {devices!r}; write a whole number of GPUs such as 2"
+        count = int(parsed)
+    if fraction is not None:
+        share = _number(fraction)
+        if share is None or not 0 < share <= 1:
+            return None, f'annotation {KAI_FRACTION} is {fraction!r}; write a fraction of one GPU in (0, 1], e.g. "0.5"'
+        pct = max(1, round(share * 100))
+        return GpuRequest("nvidia", count, None, pct, pct), None
+    mib = _number(memory)
+    if mib is None or mib.denominator != 1 or not 1 <= mib <= MAX_GPU_MEMORY_MIB:
+        return None, f'annotation {KAI_MEMORY} is {memory!r}; write a whole number of MiB such as "2000"'
+    return GpuRequest("nvidia", count, int(mib), None, None), None

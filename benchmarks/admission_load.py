@@ -1,0 +1,265 @@
+"""Admission latency and throughput under load, against a no-op endpoint in the same gunicorn + TLS setup.
+
+Starts `gpu-admission serve` on a generated cluster (96 GPU nodes) and, in the identical gunicorn
+configuration (same worker class, workers, threads, keep-alive, TLS context), a Flask app whose POST
+/mutate reads the body and returns a fixed answer. Both get the same concurrent keep-alive HTTPS load
+of realistic GPU pod reviews, driven by `wrk` (Debian package) with a Lua script, or by a Python load
+generator when wrk is missing. Prints p50, p99 and requests/s for each and the ratios.
+
+    python benchmarks/admission_load.py [--duration 10] [--connections 8] [--python-load]
+
+Targets: p99 <= 10 ms and throughput >= 60 % of the no-op endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from e2e_server import free_port, post_json, running_server  # noqa: E402
+from server_support import fixture_review, gpu_node, with_gpu  # noqa: E402
+
+LUA = """
+local bodies = {}
+for line in io.lines("%(bodies)s") do bodies[#bodies + 1] = line end
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i + 1
+  return wrk.format(nil, nil, nil, bodies[(i %% #bodies) + 1])
+end
+"""
+NAMESPACES = ("team-a", "team-b", "team-c", "team-d")
+
+
+def cluster_objects() -> list[dict[str, Any]]:
+    """64 NVLink H100 nodes with inventories, 32 A100 nodes known from labels only, four opted-in teams."""
+    objects = [gpu_node(f"h100-{i:03d}") for i in range(64)]
+    objects += [gpu_node(f"a100-{i:03d}", model="NVIDIA-A100-SXM4-40GB", memory=40960) for i in range(32)]
+    for ns in NAMESPACES:
+        objects.append({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": {"gpu-admission.io/enabled": "true"}}})
+        objects.append({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns},
+                        "spec": {"hard": {"requests.nvidia.com/gpu": "512", "limits.nvidia.com/gpumem": "40960000"}}})
+    return objects
+
+
+def review_bodies() -> list[dict[str, Any]]:
+    """GPU pod CREATE reviews as the API server sends them: whole cards 1-8, and shared slices."""
+    shapes: list[tuple[int, dict[str, str]]] = [
+        (1, {}), (2, {}), (4, {}), (8, {}), (1, {"nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "30"}),
+        (2, {"nvidia.com/gpumem": "10000"}), (1, {"nvidia.com/gpucores": "50"}),
+    ]
+    base = fixture_review("pod-create-kubectl-mutating-phase.appscope.json")
+    bodies = []
+    for i in range(64):
+        gpus, extra = shapes[i % len(shapes)]
+        review = with_gpu(base, gpus, extra)
+        namespace = NAMESPACES[i % len(NAMESPACES)]
+        review["request"]["uid"] = f"00000000-0000-4000-8000-{i:012d}"
+        review["request"]["namespace"] = namespace
+        review["request"]["object"]["metadata"]["namespace"] = namespace
+        review["request"]["object"]["metadata"]["name"] = f"train-{i}"
+        bodies.append(review)
+    return bodies
+
+
+def validating_bodies(server: Any, reviews: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The mutated pods as the validating webhook sees them, as dry runs (so the load records nothing)."""
+    import jsonpatch
+
+    from webhook.server.review import decode_patch
+
+    conn = server.connection()
+    result = []
+    for i, review in enumerate(reviews):
+        _, answer = post_json(conn, "/mutate", review)
+        pod = jsonpatch.apply_patch(review["request"]["object"], decode_patch(answer["response"]))
+        pod["metadata"]["uid"] = f"pod-{i}"
+        final = json.loads(json.dumps(review))
+        final["request"]["object"] = pod
+        final["request"]["dryRun"] = True
+        result.append(final)
+    conn.close()
+    return result
+
+
+def run_wrk(url: str, bodies_file: Path, workdir: Path, duration: int, connections: int) -> dict[str, float]:
+    script = workdir / "bodies.lua"
+    script.write_text(LUA % {"bodies": bodies_file})
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url],
+                         capture_output=True, text=True, check=True).stdout
+    percent = {m.group(1): _ms(m.group(2), m.group(3)) for m in re.finditer(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s)\b", out, re.M)}
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"p50": percent["50"], "p99": percent["99"], "rps": rps, "errors": float(errors.group(1)) if errors else 0}
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_python_load(port: int, ca: Path, path: str, bodies_file: Path, duration: int, connections: int
+                    ) -> dict[str, float]:
+    bodies = bodies_file.read_bytes().splitlines()
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + duration
+
+    def worker(offset: int) -> None:
+        context = ssl.create_default_context(cafile=str(ca))
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=30)
+        mine: list[float] = []
+        i = offset
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            conn.request("POST", path, body=bodies[i % len(bodies)], headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            mine.append((time.perf_counter() - started) * 1000.0)
+            if response.status != 200:
+                with lock:
+                    errors[0] += 1
+            i += 1
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    latencies.sort()
+    return {"p50": latencies[len(latencies) // 2], "p99": latencies[int(len(latencies) * 0.99)],
+            "rps": len(latencies) / duration, "errors": float(errors[0])}
+
+
+def serve_noop(bind: str, cert_dir: str) -> None:
+    """The baseline: the same gunicorn settings and TLS context as `serve`, an app that does nothing."""
+    from flask import Flask, Response, request
+
+    from webhook.server.gunicorn_app import GunicornOptions, serve_forever
+    from webhook.server.logs import configure_logging
+    from webhook.server.tls import TlsFiles
+
+    answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                         "response": {"uid": "noop", "allowed": True}}, separators=(",", ":"))
+
+    def factory() -> Flask:
+        app = Flask("noop")
+
+        @app.post("/mutate")
+        @app.post("/validate")
+        def noop() -> Response:
+            request.get_data()
+            return Response(answer, 200, mimetype="application/json")
+
+        @app.get("/readyz")
+        def ready() -> str:
+            return "ok"
+
+        return app
+
+    configure_logging("info")
+    serve_forever(factory, GunicornOptions(bind=bind), TlsFiles(f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=10, help="seconds of load per run (default 10)")
+    parser.add_argument("--connections", type=int, default=8, help="concurrent keep-alive connections (default 8)")
+    parser.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk exists")
+    parser.add_argument("--serve-noop", nargs=2, metavar=("BIND", "CERT_DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_noop:
+        serve_noop(*args.serve_noop)
+        return 0
+    from webhook.certs import issue_certificates
+
+    use_wrk = shutil.which("wrk") is not None and not args.python_load
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cert_dir = work / "certs"
+        issue_certificates(cert_dir, "gpu-admission", "gpu-admission")
+        (work / "cluster.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_objects()}))
+        reviews = review_bodies()
+        mutate_file = work / "mutate.jsonl"
+        mutate_file.write_text("\n".join(json.dumps(r, separators=(",", ":")) for r in reviews) + "\n")
+        validate_file = work / "validate.jsonl"
+
+        def load(port: int, path: str, bodies: Path) -> dict[str, float]:
+            if use_wrk:
+                return run_wrk(f"https://127.0.0.1:{port}{path}", bodies, work, args.duration, args.connections)
+            return run_python_load(port, cert_dir / "ca.crt", path, bodies, args.duration, args.connections)
+
+        results: dict[str, dict[str, float]] = {}
+        noop_port = free_port()
+        noop = subprocess.Popen([sys.executable, __file__, "--serve-noop", f"127.0.0.1:{noop_port}", str(cert_dir)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait(noop_port, cert_dir / "ca.crt")
+            load(noop_port, "/mutate", mutate_file)  # warm-up
+            results["no-op /mutate"] = load(noop_port, "/mutate", mutate_file)
+        finally:
+            noop.terminate()
+            noop.wait(timeout=15)
+        with running_server(work, cert_dir, ["--cluster", str(work / "cluster.json"), "--log-level", "info"]) as server:
+            validate_file.write_text("\n".join(json.dumps(r, separators=(",", ":"))
+                                               for r in validating_bodies(server, reviews)) + "\n")
+            load(server.port, "/mutate", mutate_file)  # warm-up: placement index, caches
+            results["webhook /mutate"] = load(server.port, "/mutate", mutate_file)
+            results["webhook /validate (dry-run)"] = load(server.port, "/validate", validate_file)
+    report(results, "wrk" if use_wrk else "python", args)
+    return 0
+
+
+def _wait(port: int, ca: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPSConnection("localhost", port, context=ssl.create_default_context(cafile=str(ca)),
+                                               timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.1)
+    raise RuntimeError("the no-op server did not start")
+
+
+def report(results: dict[str, dict[str, float]], driver: str, args: argparse.Namespace) -> None:
+    print(f"load: {driver}, {args.connections} keep-alive HTTPS connections, {args.duration} s per run; "
+          "gunicorn gthread 1 worker x 8 threads, TLS")
+    print(f"{'endpoint':<30} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9} {'non-200':>8}")
+    for name, r in results.items():
+        print(f"{name:<30} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['rps']:>9.0f} {r['errors']:>8.0f}")
+    base = results["no-op /mutate"]
+    for name in ("webhook /mutate", "webhook /validate (dry-run)"):
+        r = results[name]
+        share = r["rps"] / base["rps"]
+        print(f"{name}: throughput {share:.0%} of no-op (target >= 60%: {'met' if share >= 0.6 else 'NOT met'}), "
+              f"p99 {r['p99']:.2f} ms (target <= 10 ms: {'met' if r['p99'] <= 10 else 'NOT met'}), "
+              f"p99 ratio {r['p99'] / base['p99']:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""How good each candidate node is under each placement policy: higher scores are better.
+
+Scores are computed once per class of equivalent nodes. Built-in policies follow the FGD paper's
+baselines (best-fit, dot-product) and the usual packing heuristics; "fragmentation" delegates to the
+fragmentation measure; custom scorers see the node, its usage and the candidate option.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .fitting import Choice, Demand, Fit
+from .model import GpuUsage, Node, NodeUsage, Option, PodRequest
+from .nodeindex import State
+from .topology import expected_loss
+
+if TYPE_CHECKING:
+    from .placement import PlacementContext
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One class of equivalent nodes that can host the pod now, with the GPUs it would get."""
+
+    state: State
+    names: tuple[str, ...]
+    choice: Choice
+    fit: Fit
+    loss: float = 0.0
+    score: float = 0.0
+
+
+def score_all(cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext) -> None:
+    """Set each candidate's score; a weighted combination min-max normalises each policy first."""
+    weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
+    if len(weights) == 1:
+        ((name, weight),) = weights.items()
+        scores = _policy_scores(name, cands, request, demand, ctx)
+        for cand, value in zip(cands, scores, strict=True):
+            cand.score = weight * value
+        return
+    totals = [0.0] * len(cands)
+    for name, weight in sorted(weights.items()):
+        scores = _policy_scores(name, cands, request, demand, ctx)
+        low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
+        span = high - low
+        for i, value in enumerate(scores):
+            totals[i] += weight * ((value - low) / span if span > 0 else 0.0)
+    for cand, total in zip(cands, totals, strict=True):
+        cand.score = total
+
+
+def _policy_scores(
+    name: str, cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+) -> list[float]:
+    if name in ctx.scorers:
+        scorer = ctx.scorers[name]
+        return [scorer(request, c.state.shape.template, c.state.usage, option_of(c, c.names[0], ctx)) for c in cands]
+    if name == "fragmentation":
+        return _fragmentation_scores(cands, request, demand, ctx)
+    if name == "random":
+        rng = random.Random(ctx.seed)
+        return [rng.random() for _ in cands]
+    if name not in _SCORES:
+        raise ValueError(f"unknown placement policy {name!r}")
+    score = _SCORES[name]
+    return [score(c.state, c.choice, demand) for c in cands]
+
+
+def _healthy(state: State) -> int:
+    return max(1, state.shape.healthy.bit_count())
+
+
+def _binpack(state: State, choice: Choice, demand: Demand) -> float:
+    return state.used_units / _healthy(state)
+
+
+def _spread(state: State, choice: Choice, demand: Demand) -> float:
+    return -state.used_units / _healthy(state)
+
+
+def _fewest_tasks(state: State, choice: Choice, demand: Demand) -> float:
+    return -state.usage.gpu_tasks + 0.5 * (1 - state.used_units / _healthy(state))
+
+
+def _taken(state: State, choice: Choice, demand: Demand) -> float:
+    """GPU units the pod takes on this node."""
+    if demand.exclusive:
+        return float(len(choice.gpus))
+    gpus = state.shape.template.gpus
+    return sum(
+        max(choice.memory / gpus[i].memory_mib if gpus[i].memory_mib else 0.0, choice.cores / 100) for i in choice.gpus
+    )
+
+
+def _best_fit(state: State, choice: Choice, demand: Demand) -> float:
+    """Least remaining CPU and GPU after placement, each scaled by the node's capacity (FGD's best-fit)."""
+    node = state.shape.template
+    gpu_left = (_healthy(state) - state.used_units - _taken(state, choice, demand)) / _healthy(state)
+    cpu_left = (state.free_cpu - demand.cpu) / node.cpu_milli if node.cpu_milli > 0 else 0.0
+    return -(0.5 * gpu_left + 0.5 * cpu_left)
+
+
+def _dot_product(state: State, choice: Choice, demand: Demand) -> float:
+    """Tetris alignment of request and free capacity; as FGD's baseline, the smaller product wins."""
+    node = state.shape.template
+    healthy = _healthy(state)
+    gpu = (healthy - state.used_units) / healthy * _taken(state, choice, demand) / healthy
+    cpu = state.free_cpu * demand.cpu / node.cpu_milli**2 if node.cpu_milli > 0 else 0.0
+    return -(gpu + cpu) / 2
+
+
+_SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
+    "binpack": _binpack,
+    "spread": _spread,
+    "fewest-tasks": _fewest_tasks,
+    "best-fit": _best_fit,
+    "dot-product": _dot_product,
+}
+
+
+def _fragmentation_scores(
+    cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+) -> list[float]:
+    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node."""
+    from .fragmentation import default_mix, fragmentation_delta
+
+    mix = ctx.workload_mix or default_mix()
+    scores = []
+    for cand in cands:
+        node = cand.state.shape.template
+        before = cand.state.usage
+        alternatives = [cand.choice]
+        if not demand.exclusive and demand.count == 1:
+            alternatives = list(cand.choice.alternatives) or alternatives
+        best: tuple[float, Choice] | None = None
+        for choice in alternatives:
+            delta = fragmentation_delta(node, before, usage_after(before, choice, demand, node), mix)
+            if best is None or delta < best[0]:
+                best = (delta, choice)
+        assert best is not None
+        cand.choice = best[1]
+        scores.append(-best[0])
+    return scores
+
+
+def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:
+    choice = cand.choice
+    return Option(
+        node=name,
+        gpus=choice.gpus,
+        memory_mib=choice.memory,
+        cores=choice.cores,
+        topology=choice.topology,
+        loss=expected_loss(choice.topology, ctx.topology_loss),
+        score=cand.score,
+    )
+
+
+def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:
+    gpus = list(usage.gpus)
+    for i in choice.gpus:
+        before = gpus[i]
+        whole = demand.exclusive or (choice.cores >= 100 and choice.memory >= node.gpus[i].memory_mib)
+        gpus[i] = GpuUsage(
+            memory_mib=before.memory_mib + choice.memory,
+            cores=before.cores + choice.cores,
+            tasks=before.tasks + 1,
+            exclusive=before.exclusive or whole,
+        )
+    return NodeUsage(
+        gpus=tuple(gpus),
+        cpu_milli=usage.cpu_milli + demand.cpu,
+        memory_mib=usage.memory_mib + demand.host_memory,
+        gpu_tasks=usage.gpu_tasks + 1,
+    )

@@ -37,10 +37,16 @@ class Recorded:
         self.watched_from: dict[str, list[str]] = {k: [] for k in KINDS}
 
     def list_fn(self, kind: str) -> Iterator[Mapping[str, Any]]:
+        if not self.lists[kind]:
+            self.stop.set()
+            raise AssertionError(f"{kind}: listed more often than recorded")
         yield json.loads((DATA / self.lists[kind].pop(0)).read_text())
 
     def stream_fn(self, kind: str, resource_version: str, timeout: int) -> Iterator[Mapping[str, Any]]:
         self.watched_from[kind].append(resource_version)
+        if not self.streams[kind]:
+            self.stop.set()
+            raise AssertionError(f"{kind}: watched more often than recorded")
         name = self.streams[kind].pop(0)
         for line in (DATA / name).read_text().splitlines():
             yield json.loads(line)

@@ -81,7 +81,7 @@ class ClusterCache:
         self._published: Snapshot | None = None
         self._dirty_nodes = True
         self._dirty_usage: set[str] = set()
-        self._dirty_other = True
+        self._dirty: set[str] = {"namespaces", "quotas", "namespace_usage"}
 
     # -- WatchSink ------------------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ class ClusterCache:
     def view(self) -> tuple[Snapshot, int]:
         """The current snapshot and the generation it reflects (for `counted`)."""
         with self._lock:
-            if self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty_other:
+            if self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty:
                 self._publish()
             assert self._published is not None
             return self._published, self._gen
@@ -207,7 +207,7 @@ class ClusterCache:
                 return
             if self._namespaces.get(name) != namespace:
                 self._namespaces[name] = namespace
-                self._dirty_other = True
+                self._dirty.add("namespaces")
         elif kind == "resourcequotas":
             ns = str(_meta(obj).get("namespace") or "default")
             try:
@@ -219,7 +219,7 @@ class ClusterCache:
                 self._delete(kind, f"{ns}/{name}")
             elif self._quotas.get(ns, {}).get(name) != quota:
                 self._quotas.setdefault(ns, {})[name] = quota
-                self._dirty_other = True
+                self._dirty.add("quotas")
 
     def _delete(self, kind: str, key: str) -> None:
         if kind == "pods":
@@ -238,12 +238,12 @@ class ClusterCache:
                 self._refresh_node(key)
         elif kind == "namespaces":
             if self._namespaces.pop(key, None) is not None:
-                self._dirty_other = True
+                self._dirty.add("namespaces")
         else:
             ns, _, name = key.partition("/")
             quotas = self._quotas.get(ns, {})
             if quotas.pop(name, None) is not None:
-                self._dirty_other = True
+                self._dirty.add("quotas")
                 if not quotas:
                     del self._quotas[ns]
 
@@ -329,7 +329,7 @@ class ClusterCache:
         entry[1] += sign
         if entry[1] == 0:
             del self._ns_usage[pod.namespace]
-        self._dirty_other = True
+        self._dirty.add("namespace_usage")
 
     def _recompute_usage(self, name: str) -> None:
         """A node's usage from its pods, exactly as `build_snapshot` adds them up."""
@@ -378,15 +378,21 @@ class ClusterCache:
                 usage = previous.usage
                 if "index" in previous.cache:
                     cache["index"] = previous.cache["index"]
-        if previous is None or self._dirty_other:
-            namespaces: Mapping[str, Namespace] = dict(self._namespaces)
-            quotas: Mapping[str, tuple[QuotaLimits, ...]] = {
-                ns: tuple(sorted(qs.values(), key=lambda q: q.name)) for ns, qs in self._quotas.items()
-            }
-            ns_usage: Mapping[str, Usage] = {ns: entry[0] for ns, entry in self._ns_usage.items()}
-        else:
-            namespaces, quotas, ns_usage = previous.namespaces, previous.quotas, previous.namespace_usage
+        dirty = self._dirty if previous is not None else {"namespaces", "quotas", "namespace_usage"}
+        namespaces: Mapping[str, Namespace] = (
+            dict(self._namespaces) if "namespaces" in dirty or previous is None else previous.namespaces
+        )
+        quotas: Mapping[str, tuple[QuotaLimits, ...]] = (
+            {ns: tuple(sorted(qs.values(), key=lambda q: q.name)) for ns, qs in self._quotas.items()}
+            if "quotas" in dirty or previous is None
+            else previous.quotas
+        )
+        ns_usage: Mapping[str, Usage] = (
+            {ns: entry[0] for ns, entry in self._ns_usage.items()}
+            if "namespace_usage" in dirty or previous is None
+            else previous.namespace_usage
+        )
         self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache)
         self._dirty_nodes = False
         self._dirty_usage = set()
-        self._dirty_other = False
+        self._dirty = set()

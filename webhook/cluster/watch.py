@@ -50,7 +50,7 @@ class Backoff:
     _attempt: int = 0
 
     def next_delay(self) -> float:
-        ceiling = min(self.maximum, self.initial * self.factor**self._attempt)
+        ceiling = min(self.maximum, self.initial * self.factor ** min(self._attempt, 64))
         self._attempt += 1
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
@@ -97,7 +97,6 @@ class Reflector:
             try:
                 if self.needs_list:
                     self.list_once()
-                    self.needs_list = False
                 self.watch_once()
                 self.backoff.reset()
             except Gone:
@@ -122,6 +121,7 @@ class Reflector:
 
         self.sink.replace(self.kind, items())
         self.resource_version = versions[-1] if versions else ""
+        self.needs_list = False
         self.lists += 1
         self.sink.heard(self.kind)
 

@@ -99,8 +99,7 @@ def _gpu(entry: Any, where: str) -> Gpu:
 def _nvlink(value: Any, size: int, field: str) -> Matrix:
     rows = _square(value, size, field)
     matrix = tuple(
-        tuple(_int(cell, f"{field}[{i}][{j}]", minimum=0) for j, cell in enumerate(row))
-        for i, row in enumerate(rows)
+        tuple(_int(cell, f"{field}[{i}][{j}]", minimum=0) for j, cell in enumerate(row)) for i, row in enumerate(rows)
     )
     for i in range(size):
         if matrix[i][i] != 0:

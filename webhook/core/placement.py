@@ -221,7 +221,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     if ctx.policy == "random":
         options = _random_options(cands, topology_first, ctx)
     else:
-        score_all(cands, request, demand, ctx)
+        score_all(cands, request, demand, ctx, index.nodes)
         options = _best_options(cands, topology_first, ctx)
     return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
 

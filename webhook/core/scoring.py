@@ -33,18 +33,24 @@ class Candidate:
     score: float = 0.0
 
 
-def score_all(cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext) -> None:
+def score_all(
+    cands: list[Candidate],
+    request: PodRequest,
+    demand: Demand,
+    ctx: PlacementContext,
+    nodes: Mapping[str, Node],
+) -> None:
     """Set each candidate's score; a weighted combination min-max normalises each policy first."""
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
     if len(weights) == 1:
         ((name, weight),) = weights.items()
-        scores = _policy_scores(name, cands, request, demand, ctx)
+        scores = _policy_scores(name, cands, request, demand, ctx, nodes)
         for cand, value in zip(cands, scores, strict=True):
             cand.score = weight * value
         return
     totals = [0.0] * len(cands)
     for name, weight in sorted(weights.items()):
-        scores = _policy_scores(name, cands, request, demand, ctx)
+        scores = _policy_scores(name, cands, request, demand, ctx, nodes)
         low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
         span = high - low
         for i, value in enumerate(scores):
@@ -54,11 +60,17 @@ def score_all(cands: list[Candidate], request: PodRequest, demand: Demand, ctx: 
 
 
 def _policy_scores(
-    name: str, cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+    name: str,
+    cands: list[Candidate],
+    request: PodRequest,
+    demand: Demand,
+    ctx: PlacementContext,
+    nodes: Mapping[str, Node],
 ) -> list[float]:
     if name in ctx.scorers:
         scorer = ctx.scorers[name]
-        return [scorer(request, c.state.shape.template, c.state.usage, option_of(c, c.names[0], ctx)) for c in cands]
+        # Called once per class of equivalent nodes, with the first of them (by name).
+        return [scorer(request, nodes[c.names[0]], c.state.usage, option_of(c, c.names[0], ctx)) for c in cands]
     if name == "fragmentation":
         return _fragmentation_scores(cands, request, demand, ctx)
     if name == "random":

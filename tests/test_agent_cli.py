@@ -6,9 +6,11 @@ import argparse
 import ctypes.util
 import io
 import json
+import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 import fake_nvml
@@ -240,3 +242,36 @@ def test_agent_counts_writes_and_failures() -> None:
     assert registry.get_sample_value("gpu_admission_agent_inventory_writes_total", {"action": "created"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_failures_total", {"stage": "publish"}) == 1.0
     assert registry.get_sample_value("gpu_admission_agent_last_success_timestamp_seconds") > 0
+
+
+def test_metrics_port_in_use_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        nvml = fake_nvml.pcie_box()
+        with pytest.raises(UserError) as raised:
+            run(parse("--print", "--node-name", "n1", "--metrics-port", str(port)), nvml, stop=StopAfter(1))
+    assert (raised.value.exit_code, str(raised.value)) == (2, f"--metrics-port {port}: Address already in use")
+    assert nvml.calls[-1] == "nvmlShutdown"
+
+
+def test_loop_serves_metrics_while_it_runs() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    scraped: list[str] = []
+
+    def between(passes: int) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped.append(response.read().decode())
+
+    code, _output = run(
+        parse("--print", "--node-name", "n1", "--metrics-port", str(port)),
+        fake_nvml.pcie_box(),
+        stop=StopAfter(1, between),
+    )
+    assert code == 0
+    assert "gpu_admission_agent_nvml_up 1.0" in scraped[0].splitlines()
+    with pytest.raises(ConnectionRefusedError):  # the agent stopped serving when it stopped
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()

@@ -235,9 +235,17 @@ def test_errors_back_off_with_jitter_and_resume_from_the_last_version() -> None:
     cache = ClusterCache(clock=lambda: 0.0)
     calls: list[str] = []
     delays: list[float] = []
-    stop = threading.Event()
 
-    class Flaky(Exception):
+    class RecordingStop(threading.Event):
+        """Records each back-off instead of sleeping."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            delays.append(timeout or 0.0)
+            return False
+
+    stop = RecordingStop()
+
+    class ConnectionReset(Exception):
         status = 500
 
     def list_fn(kind: str) -> Iterator[Mapping[str, Any]]:
@@ -247,25 +255,41 @@ def test_errors_back_off_with_jitter_and_resume_from_the_last_version() -> None:
     def stream_fn(kind: str, version: str, timeout: int) -> Iterator[Mapping[str, Any]]:
         calls.append(f"watch@{version}")
         if len(calls) <= 3:
-            raise Flaky("connection reset")
+            raise ConnectionReset("connection reset by peer")
         if len(calls) == 4:
             yield {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal error"}}
+        yield {"type": "BOOKMARK", "object": {"kind": "Namespace", "metadata": {"resourceVersion": "9"}}}
         stop.set()
 
-    class RecordingStop(threading.Event):
-        def wait(self, timeout: float | None = None) -> bool:
-            delays.append(timeout or 0.0)
-            return False
-
-    reflector = Reflector("namespaces", list_fn, stream_fn, cache, backoff=Backoff(initial=1.0, maximum=4.0))
-    reflector.stop = RecordingStop()
-    original_set = stop.set
-    stop.set = reflector.stop.set  # type: ignore[method-assign]
+    reflector = Reflector("namespaces", list_fn, stream_fn, cache, backoff=Backoff(initial=1.0, maximum=4.0), stop=stop)
     reflector.run()
-    del original_set
     assert calls == ["list", "watch@7", "watch@7", "watch@7", "watch@7"]
+    assert reflector.resource_version == "9" and reflector.lists == 1
     assert len(delays) == 3
     assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0 and 2.0 <= delays[2] <= 4.0
+
+
+def test_gone_from_the_api_client_lists_again() -> None:
+    cache = ClusterCache(clock=lambda: 0.0)
+    calls: list[str] = []
+    stop = threading.Event()
+
+    class Expired(Exception):
+        status = 410
+
+    def list_fn(kind: str) -> Iterator[Mapping[str, Any]]:
+        calls.append("list")
+        yield {"metadata": {"resourceVersion": str(10 * len(calls))}, "items": []}
+
+    def stream_fn(kind: str, version: str, timeout: int) -> Iterator[Mapping[str, Any]]:
+        calls.append(f"watch@{version}")
+        if len(calls) == 2:
+            raise Expired("Gone")
+        stop.set()
+        yield from ()
+
+    Reflector("pods", list_fn, stream_fn, cache, stop=stop).run()
+    assert calls == ["list", "watch@10", "list", "watch@30"]
 
 
 def test_staleness_counts_from_the_last_word_of_the_most_silent_watch() -> None:

@@ -254,7 +254,7 @@ def test_directories_are_walked_for_manifest_extensions(tmp_path: Path) -> None:
         (
             "- a\n- b\n",
             "list.yaml",
-            "list.yaml: document 0: expected a Kubernetes object (a mapping), got list",
+            "list.yaml: document 0: expected a Kubernetes object (a mapping), got a list",
         ),
         (
             "kind: List\nitems: [1]\n",
@@ -361,7 +361,7 @@ def test_other_kinds_are_skipped() -> None:
     [
         (
             {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": "oops"}},
-            "f.yaml: document 2: field spec.template: expected a mapping, got str",
+            "f.yaml: document 2: field spec.template: expected a mapping, got a string",
         ),
         (
             {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}},
@@ -381,7 +381,7 @@ def test_other_kinds_are_skipped() -> None:
         ),
         (
             {"kind": "Pod", "metadata": ["x"], "spec": {}},
-            "f.yaml: document 2: field metadata: expected a mapping, got list",
+            "f.yaml: document 2: field metadata: expected a mapping, got a list",
         ),
         ({"kind": "Pod", "metadata": {"name": "p"}}, "f.yaml: document 2: field spec: missing"),
     ],
@@ -396,7 +396,7 @@ def test_list_item_errors_name_the_item() -> None:
     bad = Document("f.yaml", 0, {"kind": "Deployment", "spec": {"template": 3}}, item=5)
     with pytest.raises(UserError) as err:
         pod_templates(bad)
-    assert str(err.value) == "f.yaml: document 0: field items[5].spec.template: expected a mapping, got int"
+    assert str(err.value) == "f.yaml: document 0: field items[5].spec.template: expected a mapping, got a number"
 
 
 def test_generate_name_carries_over() -> None:

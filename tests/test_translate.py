@@ -220,6 +220,13 @@ def test_feature_discovery_counts() -> None:
         )
     )
     assert (len(sliced.gpus), sliced.gpu_model) == (4, "Tesla-T4")
+    replicas_only = node_of(
+        node_obj(
+            labels={"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.product": "Tesla-T4"},
+            allocatable={"nvidia.com/gpu": "8"},
+        )
+    )
+    assert len(replicas_only.gpus) == 2
     plugin_only = node_of(node_obj(allocatable={"nvidia.com/gpu": "2"}))
     assert [(g.model, g.memory_mib) for g in plugin_only.gpus] == [("unknown", 0), ("unknown", 0)]
 
@@ -411,9 +418,17 @@ def test_build_snapshot() -> None:
 
 
 def test_snapshot_does_not_depend_on_pod_order() -> None:
-    objects = cluster()
+    objects = cluster() + [pod_obj(f"s{i}", node="n2", limits={"nvidia.com/gpumem": 1000 * (i + 1)}) for i in range(6)]
     reordered = objects[:10] + list(reversed(objects[10:]))
     assert build_snapshot(reordered).usage == build_snapshot(objects).usage
+    # s0..s5 take the least-used GPU in name order (1000, 2000, 3000, 4000 MiB, then 5000 on GPU 0 and
+    # 6000 on GPU 1); "shared" (3000 MiB, 20 %) comes last in name order and takes GPU 2.
+    assert build_snapshot(objects).usage["n2"].gpus == (
+        GpuUsage(6000, 0, 2, False),
+        GpuUsage(8000, 0, 2, False),
+        GpuUsage(6000, 20, 2, False),
+        GpuUsage(4000, 0, 1, False),
+    )
 
 
 def test_snapshot_errors_name_the_object() -> None:

@@ -85,6 +85,12 @@ class Skipped:
     reason: str
 
 
+def _kind_of(value: object) -> str:
+    """A YAML reader's name for a value's type."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+    return names.get(type(value), type(value).__name__)
+
+
 def expand_paths(paths: Iterable[str]) -> Iterator[str]:
     """Files as given; directories walked recursively (sorted) for *.yaml, *.yml, *.json."""
     for path in paths:
@@ -144,9 +150,7 @@ def parse_text(text: str, name: str) -> list[Document]:
         if data is None:
             continue
         if not isinstance(data, Mapping):
-            raise UserError(
-                f"{where(name, index)}: expected a Kubernetes object (a mapping), got {type(data).__name__}"
-            )
+            raise UserError(f"{where(name, index)}: expected a Kubernetes object (a mapping), got {_kind_of(data)}")
         if data.get("kind") == "List" or (
             isinstance(data.get("kind"), str)
             and str(data["kind"]).endswith("List")
@@ -159,9 +163,7 @@ def parse_text(text: str, name: str) -> list[Document]:
                 raise UserError(f"{where(name, index, 'items')}: expected a list of objects")
             for position, item in enumerate(items):
                 if not isinstance(item, Mapping):
-                    raise UserError(
-                        f"{where(name, index, f'items[{position}]')}: expected an object (a mapping)"
-                    )
+                    raise UserError(f"{where(name, index, f'items[{position}]')}: expected an object (a mapping)")
                 documents.append(Document(name, index, item, position))
         else:
             documents.append(Document(name, index, data))
@@ -190,7 +192,7 @@ def _mapping(doc: Document, value: Any, path: str, required: bool = True) -> Map
     if value is None and not required:
         return {}
     if not isinstance(value, Mapping):
-        what = "missing" if value is None else f"expected a mapping, got {type(value).__name__}"
+        what = "missing" if value is None else f"expected a mapping, got {_kind_of(value)}"
         raise doc.error(path, what)
     return value
 
@@ -224,9 +226,7 @@ def pod_templates(doc: Document) -> Workload | Skipped:
     name = str(metadata.get("name") or metadata.get("generateName") or "")
     namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None
     if kind not in _TEMPLATES:
-        return Skipped(
-            doc.source, str(kind), name, namespace, f"{kind or 'an object without kind'} runs no pods"
-        )
+        return Skipped(doc.source, str(kind), name, namespace, f"{kind or 'an object without kind'} runs no pods")
     path, counting = _TEMPLATES[kind]
     node: Any = data
     walked: list[str] = []

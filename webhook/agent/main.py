@@ -102,12 +102,18 @@ def run_agent(
         if args.once:
             agent.run_pass(strict=True)
             return 0
-        server = serve_metrics(metrics.registry, args.metrics_port) if args.metrics_port is not None else None
+        server = None
+        if args.metrics_port is not None:
+            try:
+                server = serve_metrics(metrics.registry, args.metrics_port)
+            except OSError as failure:
+                raise UserError(f"--metrics-port {args.metrics_port}: {failure.strerror or failure}") from None
         try:
             agent.loop(args.interval, stop or threading.Event())
         finally:
             if server is not None:
                 server.shutdown()
+                server.server_close()
         return 0
     finally:
         nvml_boundary.stop(nvml)

@@ -91,7 +91,8 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
         sharing = labels.get("nvidia.com/gpu.sharing-strategy", "none")
         # Time-slicing and MPS advertise replicas, not cards; otherwise fewer means unhealthy cards.
         if count is None:
-            count = advertised if sharing == "none" else count
+            replicas = labels.get("nvidia.com/gpu.replicas", "1")
+            count = advertised // max(1, _whole(replicas, "metadata.labels[nvidia.com/gpu.replicas]"))
         elif sharing == "none":
             count = min(count, advertised)
     if not count:
@@ -135,9 +136,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
     for i, taint in enumerate(spec.get("taints") or []):
         if not isinstance(taint, Mapping) or not isinstance(taint.get("key"), str):
             raise ValueError(f"spec.taints[{i}]: expected a mapping with a key")
-        taints.append(
-            Taint(taint["key"], str(taint.get("value") or ""), str(taint.get("effect") or "NoSchedule"))
-        )
+        taints.append(Taint(taint["key"], str(taint.get("value") or ""), str(taint.get("effect") or "NoSchedule")))
     vendor, source = "nvidia", "none"
     gpus: tuple[Gpu, ...] = ()
     nvlink: tuple[tuple[int, ...], ...] = ()
@@ -167,9 +166,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         nvlink=nvlink,
         pcie=pcie,
         vendor=vendor,
-        cpu_milli=_floor(allocatable["cpu"], "status.allocatable.cpu", Fraction(1000))
-        if "cpu" in allocatable
-        else 0,
+        cpu_milli=_floor(allocatable["cpu"], "status.allocatable.cpu", Fraction(1000)) if "cpu" in allocatable else 0,
         memory_mib=_floor(allocatable["memory"], "status.allocatable.memory", Fraction(1, MIB))
         if "memory" in allocatable
         else 0,
@@ -233,9 +230,7 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
     if status.get("phase") in TERMINAL_PHASES:
         return None
     request = parse_pod(pod)
-    node_name = (
-        spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
-    )
+    node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
     raw = _map(metadata.get("annotations")).get(ALLOCATION)
     if isinstance(raw, str):
         try:
@@ -245,9 +240,7 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
         if allocation is not None and allocation.gpu_count > 0:
             node = node_name or allocation.node
             indices = (
-                allocation.gpus
-                if allocation.node == node and len(allocation.gpus) == allocation.gpu_count
-                else None
+                allocation.gpus if allocation.node == node and len(allocation.gpus) == allocation.gpu_count else None
             )
             return PodUsage(
                 request.namespace,
@@ -307,9 +300,15 @@ def _place(node: Node, gpus: list[GpuUsage], use: PodUsage) -> None:
         gpus[p] = GpuUsage(g.memory_mib + memory, g.cores + use.cores, g.tasks + 1, g.exclusive or whole)
 
 
-def build_snapshot(
-    objects: Iterable[Mapping[str, Any]], on_error: Callable[[str], None] | None = None
-) -> Snapshot:
+def _placement_order(item: tuple[PodUsage | None, Mapping[str, Any]]) -> tuple[bool, str, str]:
+    """Pods with recorded GPU indices first (the others' least-used choice must see them), then by
+    namespace and name, so the snapshot does not depend on the order the objects arrived in."""
+    use, pod = item
+    metadata = _map(pod.get("metadata"))
+    return use is None or use.gpus is None, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str], None] | None = None) -> Snapshot:
     """The core's Snapshot from Node, GPUInventory, Namespace, ResourceQuota and Pod objects.
 
     A malformed object raises ValueError ("Node n1: spec.taints[0]: ..."), or, when `on_error` is
@@ -345,8 +344,7 @@ def build_snapshot(
     host: dict[str, list[int]] = {n: [0, 0, 0] for n in nodes}  # cpu, memory, GPU tasks
     namespace_usage: dict[str, Usage] = {}
     uses = [(pod_usage_of(p), p) for p in by_kind["Pod"]]
-    # Pods with recorded GPU indices first, so the least-used choice for the others sees them.
-    for use, pod in sorted(uses, key=lambda u: u[0] is None or u[0].gpus is None):
+    for use, pod in sorted(uses, key=_placement_order):
         if use is None:
             node_name, cpu, memory = _host_only(pod)
             if node_name in host:

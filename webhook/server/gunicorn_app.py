@@ -59,6 +59,9 @@ def gunicorn_settings(options: GunicornOptions, tls: ReloadingContext | None) ->
         # gunicorn 25+: no control socket in $HOME (read-only root filesystem, several servers per host).
         "control_socket_disable": True,
     }
+    import os as _os, sys as _sys
+    if _os.environ.get("XSWITCH"):
+        settings["post_worker_init"] = lambda worker: _sys.setswitchinterval(float(_os.environ["XSWITCH"]))
     if tls is not None:
         settings["certfile"] = tls.files.cert_file
         settings["keyfile"] = tls.files.key_file

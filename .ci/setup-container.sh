@@ -2,21 +2,25 @@
 # Installs what tests/test_container.py needs: podman, runc, debootstrap, and a local base image
 # `localhost/debian-python:bookworm` made from Debian packages (no registry is needed).
 # Idempotent: with everything present it only checks and exits within a second or two.
+# GPU_ADMISSION_ENGINE=docker imports the base image into a running Docker instead of podman.
 set -euo pipefail
 
 IMAGE="${GPU_ADMISSION_BASE_IMAGE:-localhost/debian-python:bookworm}"
 CACHE="${GPU_ADMISSION_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-admission}"
 CONF="$CACHE/containers.conf"
 
+ENGINE="${GPU_ADMISSION_ENGINE:-podman}"
+tools=(debootstrap)
+[[ "$ENGINE" == podman ]] && tools+=(podman runc)
 missing=()
-for tool in podman runc debootstrap; do
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if ((${#missing[@]})); then
   echo "setup-container: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap fuse-overlayfs >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # Sandboxes like CI's forbid raising rlimits and run cgroups in hybrid mode: podman is told not to set
@@ -27,7 +31,9 @@ if [[ ! -s "$CONF" ]]; then
 fi
 export CONTAINERS_CONF="$CONF"
 
-if podman --cgroup-manager=cgroupfs image exists "$IMAGE"; then
+engine=(docker)
+[[ "$ENGINE" == podman ]] && engine=(podman --cgroup-manager=cgroupfs)
+if "${engine[@]}" image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "setup-container: $IMAGE present"
   exit 0
 fi
@@ -39,7 +45,7 @@ debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates boo
   || { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
 # Drop what a runtime image never needs (apt lists, docs) to keep the base small.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/var/cache/apt/*.bin
-tar -C "$rootfs" -c . | podman --cgroup-manager=cgroupfs import \
+tar -C "$rootfs" -c . | "${engine[@]}" import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["python3"]' - "$IMAGE" >/dev/null
 echo "setup-container: $IMAGE imported"

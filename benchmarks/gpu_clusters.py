@@ -14,9 +14,7 @@ from webhook.core.model import Gpu, GpuUsage, Node, NodeUsage
 
 def _pcie(numa: list[int], near: str = "NODE") -> tuple[tuple[str, ...], ...]:
     n = len(numa)
-    return tuple(
-        tuple("X" if i == j else (near if numa[i] == numa[j] else "SYS") for j in range(n)) for i in range(n)
-    )
+    return tuple(tuple("X" if i == j else (near if numa[i] == numa[j] else "SYS") for j in range(n)) for i in range(n))
 
 
 def _node(name: str, model: str, memory: int, nvlink: Callable[[int, int], int], count: int, near: str,

@@ -15,7 +15,7 @@ import pytest
 from webhook.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = ROOT.parent / "shared" / "fixtures" / "manifests"
+MANIFESTS = ROOT / "tests" / "fixtures" / "manifests"
 
 CLUSTER = textwrap.dedent("""
     apiVersion: v1

@@ -14,7 +14,7 @@ from .model import PodRequest, TopologyClass, TopologyPreference
 from .nodeindex import Shape, State
 from .topology import GpuSet, mask_of
 
-_MEMO_LIMIT = 256
+MEMO_LIMIT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def static_verdict(shape: Shape, demand: Demand) -> Fit | str:
     memo = shape.verdicts
     found = memo.get(demand.key)
     if found is None:
-        if len(memo) >= _MEMO_LIMIT:
+        if len(memo) >= MEMO_LIMIT:
             memo.clear()
         found = memo[demand.key] = _static(shape, demand)
     return found
@@ -156,7 +156,7 @@ def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, gpu_policy
     memo = state.memo
     found = memo.get(key)
     if found is None:
-        if len(memo) >= _MEMO_LIMIT:
+        if len(memo) >= MEMO_LIMIT:
             memo.clear()
         found = memo[key] = _choose(state, fit, allowed, demand, policy)
     return found

@@ -70,9 +70,7 @@ class State:
             else:
                 by_memory = u.memory_mib / gpu.memory_mib if gpu.memory_mib > 0 else 0.0
                 used += min(1.0, max(by_memory, u.cores / 100))
-        return State(
-            shape, usage, idle, used, node.cpu_milli - usage.cpu_milli, node.memory_mib - usage.memory_mib
-        )
+        return State(shape, usage, idle, used, node.cpu_milli - usage.cpu_milli, node.memory_mib - usage.memory_mib)
 
     @property
     def idle_count(self) -> int:

@@ -154,7 +154,7 @@ def _candidates(
             if isinstance(choice, str):
                 reject(choice, len(names))
             else:
-                out.append(Candidate(node_class.state, names, choice, verdict))
+                out.append(Candidate(node_class.state, names, choice, verdict, verdict.allowed))
     return out
 
 
@@ -190,7 +190,7 @@ def _restricted(
         if isinstance(choice, str):
             reject(choice, 1)
         else:
-            out.append(Candidate(state, (name,), choice, fit))
+            out.append(Candidate(state, (name,), choice, fit, allowed))
     if only:
         reject("uuid", len(shape.names) - sum(1 for n in masks if index.statics.shape_of[n] is shape))
 

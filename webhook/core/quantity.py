@@ -74,10 +74,6 @@ def parse_quantity(value: object) -> Fraction:
     return -result if sign == "-" else result
 
 
-def ceil_int(value: Fraction) -> int:
-    return math.ceil(value)
-
-
 def cpu_milli(value: object) -> int:
     """CPU cores -> millicores, rounded up as the scheduler does."""
     return math.ceil(parse_quantity(value) * 1000)

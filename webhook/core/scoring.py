@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .fitting import Choice, Demand, Fit
+from .fitting import MEMO_LIMIT, Choice, Demand, Fit
 from .model import GpuUsage, Node, NodeUsage, Option, PodRequest
 from .nodeindex import State
 from .topology import expected_loss
@@ -29,6 +29,7 @@ class Candidate:
     names: tuple[str, ...]
     choice: Choice
     fit: Fit
+    allowed: int  # the GPUs the pod may use on these nodes (bitmask)
     loss: float = 0.0
     score: float = 0.0
 
@@ -137,25 +138,36 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 def _fragmentation_scores(
     cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
 ) -> list[float]:
-    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node."""
+    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node.
+
+    Memoised per node state: between two decisions only the classes that changed are evaluated again.
+    """
     from .fragmentation import default_mix, fragmentation_delta
 
     mix = ctx.workload_mix or default_mix()
+    token = ("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, hash(mix))
     scores = []
     for cand in cands:
-        node = cand.state.shape.template
-        before = cand.state.usage
-        alternatives = [cand.choice]
-        if not demand.exclusive and demand.count == 1:
-            alternatives = list(cand.choice.alternatives) or alternatives
-        best: tuple[float, Choice] | None = None
-        for choice in alternatives:
-            delta = fragmentation_delta(node, before, usage_after(before, choice, demand, node), mix)
-            if best is None or delta < best[0]:
-                best = (delta, choice)
-        assert best is not None
-        cand.choice = best[1]
-        scores.append(-best[0])
+        memo = cand.state.memo
+        key = (token, cand.allowed)
+        found = memo.get(key)
+        if found is None or found[0] != mix:
+            node = cand.state.shape.template
+            before = cand.state.usage
+            alternatives = [cand.choice]
+            if not demand.exclusive and demand.count == 1:
+                alternatives = list(cand.choice.alternatives) or alternatives
+            best: tuple[float, Choice] | None = None
+            for choice in alternatives:
+                delta = fragmentation_delta(node, before, usage_after(before, choice, demand, node), mix)
+                if best is None or delta < best[0]:
+                    best = (delta, choice)
+            assert best is not None
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            found = memo[key] = (mix, best[0], best[1])
+        cand.choice = found[2]
+        scores.append(-found[1])
     return scores
 
 

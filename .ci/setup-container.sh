@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
   echo "setup-container: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # Sandboxes like CI's forbid raising rlimits and run cgroups in hybrid mode: podman is told not to set

@@ -51,6 +51,8 @@ class RunningServer:
     port: int
     ca_file: Path
     log_file: Path
+    client_cert: tuple[Path, Path] | None = None
+    """Presented only by the readiness probe (servers started with --client-ca)."""
 
     def context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -72,7 +74,11 @@ def post_json(conn: http.client.HTTPConnection, path: str, body: Any) -> tuple[i
 
 @contextmanager
 def running_server(
-    workdir: Path, cert_dir: Path, extra: Sequence[str] = (), boot_timeout: float = 30.0
+    workdir: Path,
+    cert_dir: Path,
+    extra: Sequence[str] = (),
+    boot_timeout: float = 30.0,
+    ready_client_cert: tuple[Path, Path] | None = None,
 ) -> Iterator[RunningServer]:
     """`gpu-admission serve` on a free port; stopped (SIGTERM, then SIGKILL) on exit."""
     port = free_port()
@@ -88,7 +94,7 @@ def running_server(
             env=env,
             start_new_session=True,
         )
-    server = RunningServer(process, port, cert_dir / "ca.crt", log_file)
+    server = RunningServer(process, port, cert_dir / "ca.crt", log_file, ready_client_cert)
     try:
         _wait_ready(server, boot_timeout)
         yield server
@@ -101,14 +107,18 @@ def _wait_ready(server: RunningServer, timeout: float) -> None:
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"serve exited with {server.process.returncode}:\n{server.log()}")
+        context = server.context()
+        if server.client_cert is not None:
+            context.load_cert_chain(*map(str, server.client_cert))
+        conn = http.client.HTTPSConnection("localhost", server.port, context=context, timeout=2)
         try:
-            conn = server.connection(timeout=2)
             conn.request("GET", "/readyz")
             if conn.getresponse().status == 200:
-                conn.close()
                 return
         except (OSError, ssl.SSLError, http.client.HTTPException):
             pass
+        finally:
+            conn.close()
         time.sleep(0.1)
     raise RuntimeError(f"serve did not become ready in {timeout} s:\n{server.log()}")
 

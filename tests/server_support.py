@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.core.model import Decision
 from webhook.server.admission import AdmissionCore
@@ -148,3 +154,28 @@ def fake_core(
         is_gpu_pod=lambda pod: "nvidia.com/gpu" in json.dumps(pod),
         check_inventory_write=inventory or allow,
     )
+
+
+def client_certificate(tmp_path: Path, ca_dir: Path) -> tuple[Path, Path]:
+    """A client certificate (clientAuth) signed by the CA in `ca_dir`, as the API server would present."""
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # type: ignore[arg-type]
+    cert_path, key_path = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path

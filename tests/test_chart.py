@@ -9,7 +9,10 @@ configurations and certificates.
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,9 @@ import helm_tool
 import kubernetes_validate
 import pytest
 import yaml
+
+from webhook.cli import build_parser
+from webhook.core.policy import parse_policy
 
 NAMESPACE = "gpu-admission"
 RELEASE = "gpu"
@@ -125,8 +131,11 @@ def container(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any
     return one(docs, kind, name)["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_lint_strict(helm: helm_tool.Helm) -> None:
-    out = helm.run("lint", "--strict", str(helm_tool.CHART))
+@pytest.mark.parametrize("scenario", ["default", "cert-manager", "existing-secret", "ha", "monitoring"])
+def test_lint_strict(helm: helm_tool.Helm, tmp_path: Path, scenario: str) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(SCENARIOS[scenario][0]))
+    out = helm.run("lint", "--strict", str(helm_tool.CHART), "--namespace", NAMESPACE, "--values", str(values))
     assert "1 chart(s) linted, 0 chart(s) failed" in out
 
 
@@ -210,7 +219,8 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["sideEffects"] == "NoneOnDryRun"
         assert hook["timeoutSeconds"] == 5
         assert hook["admissionReviewVersions"] == ["v1"]
-        assert hook["failurePolicy"] == "Fail"
+    # Enforcement fails closed; a skipped mutation is caught (and explained) by the validating webhook.
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Fail"]
     assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded"]
     assert mutating[0]["rules"] == [
         {
@@ -473,8 +483,6 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]], helm: helm_t
 
 
 def test_policy_config_map_is_a_valid_policy(rendered: dict[str, list[dict[str, Any]]], helm: helm_tool.Helm) -> None:
-    from webhook.core.policy import parse_policy
-
     def policy_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
         return yaml.safe_load(one(docs, "ConfigMap", f"{FULLNAME}-policy")["data"]["policy.yaml"])
 
@@ -510,19 +518,23 @@ def test_monitoring_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
     dashboard = json.loads(next(iter(one(docs, "ConfigMap", f"{FULLNAME}-dashboard")["data"].values())))
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     used = " ".join(exprs + [r["expr"] for r in alerts.values()])
-    import re
-
     names = set(re.findall(r"gpu_admission_[a-z_]+", used))
     names = {re.sub(r"_(bucket|count|sum)$", "", n) for n in names}
     assert names <= METRICS and len(names) >= 9
     assert find(rendered["default"], "ServiceMonitor") == find(rendered["default"], "PrometheusRule") == []
 
 
-def test_notes_explain_opt_in_and_emergency_removal(helm: helm_tool.Helm, tmp_path: Path) -> None:
+def test_notes_explain_opt_in_and_emergency_removal(helm: helm_tool.Helm) -> None:
     out = helm.run("install", RELEASE, str(helm_tool.CHART), "--dry-run=client", "--namespace", NAMESPACE)
-    assert f"kubectl label namespace TEAM gpu-admission.io/enabled=true" in out
+    assert "kubectl label namespace TEAM gpu-admission.io/enabled=true" in out
     assert f"kubectl delete mutatingwebhookconfiguration {FULLNAME}" in out
     assert f"kubectl delete validatingwebhookconfiguration {FULLNAME}" in out
+
+
+def test_clusters_older_than_supported_are_refused(helm: helm_tool.Helm) -> None:
+    with pytest.raises(helm_tool.HelmError) as err:
+        helm.template(kube_version="1.26.9")
+    assert "chart requires kubeVersion: >=1.27.0-0 which is incompatible with Kubernetes v1.26.9" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -547,3 +559,86 @@ def test_bad_values_fail_naming_the_value(helm: helm_tool.Helm, values: dict[str
     with pytest.raises(helm_tool.HelmError) as err:
         helm.template(values)
     assert message in str(err.value)
+
+
+def parse_cli(args: list[str]) -> str | None:
+    """None when `gpu-admission` accepts `args`, else argparse's complaint."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            build_parser().parse_args(args)
+        except SystemExit:
+            return err.getvalue().strip().splitlines()[-1]
+    return None
+
+
+@pytest.mark.parametrize(
+    ("scenario", "kind"),
+    [
+        ("default", "Deployment"),
+        ("default", "DaemonSet"),
+        pytest.param(
+            "ha",
+            "Deployment",
+            marks=pytest.mark.xfail(strict=True, reason="serve has no --reservations option yet"),
+        ),
+        pytest.param(
+            "builtin",
+            "Job",
+            marks=pytest.mark.xfail(strict=True, reason="certs has no --secret/--patch-webhook options yet"),
+        ),
+    ],
+)
+def test_the_cli_accepts_the_chart_arguments(
+    rendered: dict[str, list[dict[str, Any]]], scenario: str, kind: str
+) -> None:
+    for where, spec in pod_specs(rendered[scenario]):
+        if where.startswith(kind + "/"):
+            assert parse_cli(spec["containers"][0]["args"]) is None, where
+
+
+def test_every_value_is_documented() -> None:
+    """Each key of values.yaml has a comment right above it, sits inside a commented key, or is a section
+    whose keys are all documented."""
+    nodes: list[dict[str, Any]] = []  # {"name", "line", "commented", "parent", "children"}
+    stack: list[tuple[int, dict[str, Any]]] = []
+    previous = ""
+    for number, line in enumerate((helm_tool.CHART / "values.yaml").read_text().splitlines(), 1):
+        key = re.match(r"^( *)([A-Za-z][\w./-]*):", line)
+        if key:
+            indent = len(key.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1] if stack else None
+            node = {
+                "name": key.group(2),
+                "line": number,
+                "commented": previous.lstrip().startswith("#"),
+                "parent": parent,
+                "children": [],
+            }
+            if parent is not None:
+                parent["children"].append(node)
+            nodes.append(node)
+            stack.append((indent, node))
+        if line.strip():
+            previous = line
+
+    def inside_commented(node: dict[str, Any] | None) -> bool:
+        return node is not None and (node["commented"] or inside_commented(node["parent"]))
+
+    def documented(node: dict[str, Any]) -> bool:
+        if inside_commented(node):
+            return True
+        return bool(node["children"]) and all(documented(c) for c in node["children"])
+
+    assert [f"values.yaml:{n['line']}: {n['name']}" for n in nodes if not documented(n)] == []
+    assert len(nodes) > 100
+
+
+def test_long_release_names_stay_within_kubernetes_limits(helm: helm_tool.Helm) -> None:
+    docs = helm.template(release="release-" + "x" * 45)  # helm's longest release name: 53
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+    # The CronJob controller appends an 11-character suffix to name each Job.
+    assert len(one(docs, "CronJob")["metadata"]["name"]) <= 52

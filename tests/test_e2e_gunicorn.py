@@ -7,6 +7,7 @@ decoded, applied with jsonpatch, and the patched Pod validated against the Kuber
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import socket
 import ssl
@@ -19,10 +20,10 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
-from kubernetes_validate.utils import latest_version
-
 from e2e_server import RunningServer, cli, make_certificates, post_json, running_server
-from server_support import FIXTURE_FILES, cluster_objects, fixture_review, gpu_pod_review, with_gpu
+from kubernetes_validate.utils import latest_version
+from server_support import FIXTURE_FILES, client_certificate, cluster_objects, fixture_review, gpu_pod_review, with_gpu
+
 from webhook.server.review import decode_patch
 
 pytestmark = pytest.mark.slow
@@ -230,6 +231,31 @@ def test_certificate_rotation_without_restart(workdir: Path, cert_dir: Path, ser
     kept.close()
     assert server.process.poll() is None
     assert '"msg":"serving certificate reloaded from' in server.log()
+
+
+def test_client_ca_and_tls_1_3_only(workdir: Path, cert_dir: Path) -> None:
+    """--client-ca: a client without a certificate from that CA gets no answer; --tls-min 1.3 refuses 1.2."""
+    clients = workdir / "client-ca"
+    make_certificates(clients, "unused", "unused")
+    cert, key = client_certificate(workdir, clients)
+    cluster = write_cluster(workdir / "mtls-cluster.json", cluster_objects())
+    extra = ["--cluster", str(cluster), "--client-ca", str(clients / "ca.crt"), "--tls-min", "1.3"]
+    with running_server(workdir, cert_dir, extra, ready_client_cert=(cert, key)) as server:
+        anonymous = server.connection()
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            post_json(anonymous, "/validate", gpu_pod_review(uid="anon"))
+        anonymous.close()
+        old = server.context()
+        old.load_cert_chain(str(cert), str(key))
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
+            old.wrap_socket(raw, server_hostname="localhost").close()
+        context = server.context()
+        context.load_cert_chain(str(cert), str(key))
+        conn = http.client.HTTPSConnection("localhost", server.port, context=context, timeout=10)
+        status, answer = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="mtls"))
+        conn.close()
+        assert (status, answer["response"]) == (200, {"uid": "mtls", "allowed": True})
 
 
 def test_logs_are_json_lines_one_per_admission(server: RunningServer) -> None:

@@ -227,6 +227,9 @@ def _with(req: PodRequest, **changes: object) -> PodRequest:
         (request(5), ("d", "p"), {"gpu-count": 1}),
         (request(1, uuids_include=("GPU-p-3",)), ("p",), {"uuid": 2}),
         (request(4, uuids_exclude=("GPU-t-0",)), ("d", "p"), {"uuid": 1}),
+        # GPUs 1 and 2 of the paired node are on different bridges: no all-NVLink pair among them.
+        (request(2, topology=Topo.REQUIRED, uuids_include=("GPU-p-1", "GPU-p-2")), (), {"uuid": 1, "topology": 2}),
+        (request(2, topology=Topo.REQUIRED, uuids_include=("GPU-p-2", "GPU-p-3")), ("p",), {"uuid": 1, "topology": 1}),
         (_with(request(1), vendor="hygon"), (), {"vendor": 3}),
     ],
 )

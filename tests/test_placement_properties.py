@@ -45,6 +45,8 @@ def requests(draw: st.DrawFn) -> PodRequest:
         memory_mib_host=draw(st.sampled_from([0, 4096, 65536])),
         topology=draw(st.sampled_from([None, Topo.REQUIRED, Topo.NONE])),
         models_include=draw(st.sampled_from([(), ("a100",), ("h100", "t4")])),
+        uuids_include=draw(st.sampled_from([(), (), ("GPU-n0-1", "GPU-n0-2", "GPU-n1-0")])),
+        uuids_exclude=draw(st.sampled_from([(), (), ("GPU-n0-0", "GPU-n2-3")])),
     )
 
 
@@ -62,7 +64,8 @@ def fitting_gpus(node: Node, used: NodeUsage, req: PodRequest) -> list[int]:
     for i, gpu in enumerate(node.gpus):
         u = used.gpus[i] if used.gpus else None
         model_ok = not req.models_include or any(m in gpu.model.lower() for m in req.models_include)
-        if not gpu.healthy or not model_ok:
+        uuid_ok = (not req.uuids_include or gpu.uuid in req.uuids_include) and gpu.uuid not in req.uuids_exclude
+        if not gpu.healthy or not model_ok or not uuid_ok:
             continue
         memory, cores = per_gpu(req, gpu.memory_mib)
         if u is None:
@@ -117,7 +120,7 @@ def test_place_and_commit_never_overcommit(nodes: dict[str, Node], stream: list[
         assert place(req, cow, ctx) == found  # both ways of updating agree
         hosts = sorted(n for n in nodes if can_host(nodes[n], usage[n], req))
         ever = sorted(n for n in nodes if not nodes[n].unschedulable and can_host(nodes[n], empty[n], req))
-        assert list(found.eligible) == ever
+        assert list(found.eligible) == ever, req
         assert {o.node for o in found.options} <= set(hosts) <= set(found.eligible)
         assert len(found.options) == min(3, len(hosts))
         assert sum(found.rejected.values()) == len(nodes) - len(hosts)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-
 from server_support import fake_core, gpu_pod_review
+
 from webhook.core.model import Allocation, Decision, Snapshot, TopologyClass
 from webhook.server.admission import AdmissionCore
 from webhook.server.app import ServerConfig, create_app

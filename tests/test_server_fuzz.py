@@ -16,8 +16,8 @@ import pytest
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from server_support import FIXTURE_FILES, cluster_objects, fixture_review, gpu_pod_review, with_gpu
+
 from webhook.cluster.translate import build_snapshot
 from webhook.server.app import ServerConfig, create_app
 from webhook.server.source import StaticSource

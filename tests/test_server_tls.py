@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import ssl
 from pathlib import Path
@@ -10,9 +9,8 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from server_support import client_certificate
 
 from webhook import certs
 from webhook.server.tls import ReloadingContext, TlsFiles, build_context
@@ -75,30 +73,6 @@ def test_tls_1_3_minimum_refuses_a_tls_1_2_client(pair: certs.CertificatePaths) 
 def test_unknown_minimum_version_is_refused(pair: certs.CertificatePaths) -> None:
     with pytest.raises(ValueError, match="unsupported minimum TLS version '1.1': expected 1.2 or 1.3"):
         build_context(TlsFiles(str(pair.cert), str(pair.key), min_version="1.1"))
-
-
-def client_certificate(tmp_path: Path, ca_dir: Path) -> tuple[Path, Path]:
-    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )  # type: ignore[arg-type]
-    cert_path, key_path = tmp_path / "client.crt", tmp_path / "client.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 def test_client_ca_requires_a_client_certificate(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from webhook.core.topology import (
     expected_loss,
     largest_nvlink_clique,
     mask_of,
+    topology_of,
 )
 
 ALL8 = tuple(range(8))
@@ -115,6 +116,8 @@ def test_classes_and_loss_table() -> None:
     assert [expected_loss(c, DEFAULT_LOSS) for c in TopologyClass] == [0.0, 0.03, 0.20, 0.375]
     assert expected_loss(TopologyClass.MIXED, {TopologyClass.MIXED: 0.15}) == 0.15
     assert LinkGraph.of_node(paired()).classify((0, 1, 4)) is TopologyClass.MIXED
+    assert topology_of(paired(), (2, 3)) is TopologyClass.NVLINK
+    assert topology_of(pcie_box(), (0, 1, 2)) is TopologyClass.PCIE
 
 
 def _exhaustive_rank(node_links: tuple[tuple[int, ...], ...], free: tuple[int, ...], k: int) -> tuple[int, int]:

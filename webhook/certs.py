@@ -32,9 +32,7 @@ log = logging.getLogger("webhook.certs")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", required=True, help="name of the webhook's Service")
     parser.add_argument("--namespace", required=True, help="namespace of the Service")
-    parser.add_argument(
-        "--out", required=True, metavar="DIR", help="directory for tls.crt, tls.key, ca.crt, ca.key"
-    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory for tls.crt, tls.key, ca.crt, ca.key")
     parser.add_argument(
         "--days",
         type=int,
@@ -165,9 +163,7 @@ def make_serving_certificate(ca_key: Any, ca_cert: Any, names: list[str], days: 
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
         x509.CertificateBuilder()
-        .subject_name(
-            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[2] if len(names) > 2 else names[0])])
-        )
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[2] if len(names) > 2 else names[0])]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -206,9 +202,7 @@ def _load_ca(paths: CertificatePaths) -> tuple[Any, Any]:
 
     for required in (paths.ca_cert, paths.ca_key):
         if not required.exists():
-            raise UserError(
-                f"{required}: not found; --renew needs the CA made by an earlier `gpu-admission certs`"
-            )
+            raise UserError(f"{required}: not found; --renew needs the CA made by an earlier `gpu-admission certs`")
     try:
         cert = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
     except ValueError:
@@ -226,9 +220,7 @@ def _key_pem(key: Any) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     return bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
 
 

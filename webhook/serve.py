@@ -42,15 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="FILE", help="watch a live cluster with this kubeconfig")
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
     parser.add_argument("--in-cluster", action="store_true", help="watch the cluster this pod runs in")
-    parser.add_argument(
-        "--policy", metavar="FILE", help="policy YAML, re-read when it changes (default: built-in)"
-    )
+    parser.add_argument("--policy", metavar="FILE", help="policy YAML, re-read when it changes (default: built-in)")
     parser.add_argument(
         "--cert-dir",
         default="certs",
         metavar="DIR",
-        help="tls.crt and tls.key; a development CA and certificate are made here when absent "
-        "(default: certs)",
+        help="tls.crt and tls.key; a development CA and certificate are made here when absent (default: certs)",
     )
     parser.add_argument(
         "--bind", default="0.0.0.0:8443", metavar="HOST:PORT", help="listen address (default 0.0.0.0:8443)"
@@ -64,15 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=8, metavar="N", help="threads per worker (default 8)")
     parser.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
-    parser.add_argument(
-        "--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)"
-    )
+    parser.add_argument("--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     parser.add_argument(
         "--namespace",
         metavar="NS",
-        help="the webhook's own namespace, never admitted against (default: $POD_NAMESPACE, "
-        f"else {DEFAULT_NAMESPACE})",
+        help=f"the webhook's own namespace, never admitted against (default: $POD_NAMESPACE, else {DEFAULT_NAMESPACE})",
     )
     parser.add_argument(
         "--service",
@@ -96,9 +90,7 @@ def run(args: argparse.Namespace) -> int:
         load_policy(args.policy)  # a bad policy fails here, with the field named, before serving
     tls_files = _tls_files(args, namespace)
     source_factory = _source_factory(args, namespace)
-    options = GunicornOptions(
-        bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level
-    )
+    options = GunicornOptions(bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level)
 
     def app_factory() -> Any:
         # Runs in the worker, after the fork: a live source starts its watch threads here.
@@ -157,31 +149,35 @@ def _tls_files(args: argparse.Namespace, namespace: str) -> Any:
     return files
 
 
+def _live_source_builder() -> Any:
+    """`webhook.cluster.source.build_source` when that module provides it (imported only when asked for)."""
+    if importlib.util.find_spec(LIVE_SOURCE_MODULE) is None:
+        return None
+    return getattr(importlib.import_module(LIVE_SOURCE_MODULE), "build_source", None)
+
+
 def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
     """A callable making the snapshot source in the worker; static snapshots are loaded now, in the parent."""
     from .server.source import StaticSource
 
     live = bool(args.kubeconfig or args.in_cluster)
     if live and not args.cluster:
-        if importlib.util.find_spec(LIVE_SOURCE_MODULE) is not None:
+        build_source = _live_source_builder()
+        if build_source is not None:
             if args.workers > 1:
-                log.warning(
-                    "%d workers: each keeps its own watch cache and in-process reservations", args.workers
-                )
-            module = importlib.import_module(LIVE_SOURCE_MODULE)
+                log.warning("%d workers: each keeps its own watch cache and in-process reservations", args.workers)
 
             def live_source() -> Any:
-                return module.build_source(
+                return build_source(
                     kubeconfig=args.kubeconfig,
                     context=args.context,
                     in_cluster=args.in_cluster,
                     namespace=namespace,
+                    policy_file=args.policy,
                 )
 
             return live_source
-        log.warning(
-            "the live cluster source is not part of this installation; answering from the demo cluster"
-        )
+        log.warning("the live cluster source is not part of this installation; answering from the demo cluster")
     if args.workers > 1:
         raise UserError(
             f"--workers {args.workers}: with a static snapshot each worker process would keep its own "

@@ -15,15 +15,18 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").exists()
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+def load_api_client(kubeconfig: str | None = None, context: str | None = None, *, in_cluster_only: bool = False) -> Any:
     """A kubernetes `ApiClient`: from `kubeconfig` (and `context`) when given, else the pod's service
     account when running in a cluster, else `$KUBECONFIG` or `~/.kube/config` as kubectl does.
+    `in_cluster_only`: the service account or an error, never a kubeconfig file.
 
     Raises UserError with one line naming the file or context that is wrong.
     """
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    if in_cluster_only and not in_cluster():
+        raise UserError(f"not running in a cluster: no KUBERNETES_SERVICE_HOST or no token under {SERVICE_ACCOUNT}")
     if kubeconfig is None and context is None and in_cluster():
         configuration = client.Configuration()
         try:
@@ -33,8 +36,9 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         return client.ApiClient(configuration)
     path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
     if not Path(path).is_file():
-        where = "--kubeconfig" if kubeconfig else "kubeconfig"
-        raise UserError(f"{path}: {where} file not found (not running in a cluster either)")
+        if kubeconfig:
+            raise UserError(f"{path}: --kubeconfig file not found")
+        raise UserError(f"{path}: no kubeconfig file, and not running in a cluster; give --kubeconfig FILE")
     try:
         return config.new_client_from_config(config_file=path, context=context)
     except ConfigException as error:

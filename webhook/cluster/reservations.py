@@ -69,7 +69,7 @@ class InProcessStore:
     """Entries in this process's memory behind one lock: right for a single replica."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `known()` is read from inside `transact`
         self._entries: dict[str, Entries] = {}
         self._version = 0
 

@@ -75,6 +75,11 @@ class LiveSource:
         self.settle_seconds = settle_seconds
         self._view_lock = threading.Lock()
         self._view: tuple[tuple[int, int], float, Snapshot] | None = None
+        self.upkeep: Upkeep | None = None  # the watch and prune threads, when built by build_source
+
+    def close(self) -> None:
+        if self.upkeep is not None:
+            self.upkeep.close()
 
     # -- SnapshotSource -------------------------------------------------------------------------
 
@@ -177,3 +182,54 @@ class Upkeep:
                 self.source.prune()
             except Exception as error:  # an API hiccup: the next round retries
                 log.warning("pruning reservations failed: %s", error)
+
+
+def build_source(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    in_cluster: bool = False,
+    namespace: str = "gpu-admission",
+    policy_file: str | None = None,
+    ledger: str | None = None,
+    start: bool = True,
+) -> LiveSource:
+    """A LiveSource watching the cluster (started unless `start` is False).
+
+    `ledger`: "in-process" (one replica, the default) or "configmap" (two or more replicas share
+    ConfigMaps in `namespace`); None reads $GPU_ADMISSION_LEDGER.
+    """
+    import os
+
+    from webhook.errors import UserError
+    from webhook.server.policyholder import PolicyHolder
+
+    from .cache import KINDS
+    from .config import load_api_client
+    from .kube import KubeLister
+    from .reservations import ApiStore, InProcessStore, ReservationStore
+    from .watch import Reflector
+
+    kind = ledger or os.environ.get("GPU_ADMISSION_LEDGER") or "in-process"
+    if kind not in ("in-process", "configmap"):
+        raise UserError(f"ledger must be in-process or configmap, got {kind!r}")
+    api_client = load_api_client(kubeconfig, context, in_cluster_only=in_cluster and kubeconfig is None)
+    holder = PolicyHolder(policy_file)
+    policy: Policy = holder.get()
+    store: ReservationStore
+    if kind == "configmap":
+        from kubernetes import client
+
+        store, settle = ApiStore(client.CoreV1Api(api_client), namespace), policy.stale_after_seconds
+    else:
+        store, settle = InProcessStore(), 0.0
+    cache = ClusterCache()
+    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get,
+                        settle_seconds=settle)
+    lister = KubeLister(api_client)
+    watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))
+    reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]
+    source.upkeep = Upkeep(source, reflectors)
+    if start:
+        source.upkeep.start()
+    return source

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .model import PodRequest, TopologyClass, TopologyPreference
-from .nodeindex import Shape, State
+from .nodeindex import LEVELS, Shape, State, share_level
 from .topology import GpuSet, mask_of
 
 MEMO_LIMIT = 256
@@ -89,6 +89,7 @@ class Fit:
     allowed: int  # bitmask: healthy GPUs of an allowed model whose card is large enough
     memory: tuple[int, ...]  # per GPU of the node
     cores: tuple[int, ...]
+    first_bucket: int  # the index buckets before this one cannot hold the pod (see nodeindex.LEVELS)
 
 
 def static_verdict(shape: Shape, demand: Demand) -> Fit | str:
@@ -135,7 +136,13 @@ def _static(shape: Shape, demand: Demand) -> Fit | str:
         return "host-memory"
     if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
         return "topology"
-    return Fit(allowed, tuple(m for m, _ in needs), tuple(c for _, c in needs))
+    if demand.exclusive:
+        first = LEVELS + demand.count
+    else:
+        first = min(
+            share_level(needs[i][0], gpu.memory_mib, needs[i][1]) for i, gpu in enumerate(node.gpus) if allowed >> i & 1
+        )
+    return Fit(allowed, tuple(m for m, _ in needs), tuple(c for _, c in needs), first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +156,12 @@ class Choice:
     alternatives: tuple[Choice, ...] = ()
 
 
-def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, gpu_policy: str) -> Choice | str:
-    """The GPUs to take on a node in this state, or why it cannot host the pod now."""
-    policy = demand.gpu_policy or gpu_policy
-    key = (demand.key, allowed, policy)
+def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, policy: str, token: int) -> Choice | str:
+    """The GPUs to take on a node in this state, or why it cannot host the pod now.
+
+    `policy` is the GPU policy inside the node; `token` stands for the demand (see Statics.token).
+    """
+    key = (token, allowed, policy)
     memo = state.memo
     found = memo.get(key)
     if found is None:

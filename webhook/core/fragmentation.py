@@ -31,7 +31,7 @@ MILLI = 1000  # one whole GPU
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
 # Weigh each kind of task by the GPU capacity it asks for (count x GPUs x share), not by count alone.
-WEIGHT_BY_CAPACITY = True
+WEIGHT_BY_CAPACITY = False
 FILL = True
 # Shapes kept when learning a mix: the most frequent ones covering this share of the weight.
 MIX_COVERAGE = 0.99
@@ -85,15 +85,19 @@ def milli_of(request: PodRequest) -> int | None:
 
 def learn_mix(
     requests: Iterable[Observed],
+    nodes: Iterable[Node] | None = None,
     *,
     coverage: float = MIX_COVERAGE,
     max_shapes: int = MIX_MAX_SHAPES,
 ) -> tuple[WorkloadShape, ...]:
-    """The workload mix of the GPU requests seen: one shape per distinct demand, weighted by count.
+    """The workload mix of the GPU requests seen: one shape per distinct demand.
 
-    Requests are PodRequests (GPUs, share, CPU, memory and allowed models count) or (gpus, milli) pairs.
-    Requests for no GPU are left out: they cannot use GPU capacity. The rarest shapes beyond `coverage`
-    of the count (and beyond `max_shapes`) are dropped; the empty mix means "use default_mix()".
+    Requests are PodRequests (GPUs, share, CPU, memory and allowed models count) or (gpus, milli) pairs;
+    requests for no GPU are left out (they cannot use GPU capacity). Each shape weighs its count, divided,
+    when `nodes` are given, by the GPUs of the nodes that could ever host it: a kind of task that only a
+    few nodes can take counts for more on those nodes, so that they are kept for it. Shapes no node can
+    host are dropped, and so are the lightest beyond `coverage` of the weight (and beyond `max_shapes`).
+    The empty mix means "use default_mix()".
     """
     from .placement import WorkloadShape
 
@@ -108,18 +112,54 @@ def learn_mix(
             continue
         key = (gpus, min(milli, MILLI), cpu, memory, models)
         counts[key] = counts.get(key, 0) + 1
-    if not counts:
+    hosts = _host_shapes(nodes) if nodes is not None else None
+    weights: dict[tuple[int, int, int, int, tuple[str, ...]], float] = {}
+    for key, count in counts.items():
+        if hosts is None:
+            weights[key] = float(count)
+            continue
+        supply = _supply(hosts, *key)
+        if supply:
+            weights[key] = count / supply
+    if not weights:
         return ()
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    total = sum(counts.values())
+    ranked = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+    total = sum(weights.values())
     kept: list[WorkloadShape] = []
-    covered = 0
-    for (gpus, milli, cpu, memory, models), count in ranked:
+    covered = 0.0
+    for (gpus, milli, cpu, memory, models), weight in ranked:
         if kept and (covered >= coverage * total or len(kept) >= max_shapes):
             break
-        covered += count
-        kept.append(WorkloadShape(gpus, milli, count / total, cpu, memory, models))
+        covered += weight
+        kept.append(WorkloadShape(gpus, milli, weight / total, cpu, memory, models))
     return tuple(kept)
+
+
+# A node as far as hosting goes: (lower-cased model, healthy GPUs, CPU, memory) -> how many such nodes.
+_Hosts = dict[tuple[str, int, int, int], int]
+
+
+def _host_shapes(nodes: Iterable[Node]) -> _Hosts:
+    hosts: _Hosts = {}
+    for node in nodes:
+        if node.unschedulable:
+            continue
+        key = (node.gpu_model.lower(), sum(1 for g in node.gpus if g.healthy), node.cpu_milli, node.memory_mib)
+        hosts[key] = hosts.get(key, 0) + 1
+    return hosts
+
+
+def _supply(hosts: _Hosts, gpus: int, milli: int, cpu: int, memory: int, models: tuple[str, ...]) -> int:
+    """GPUs on the nodes that could host one such task on an empty cluster."""
+    wanted = tuple(m.lower() for m in models)
+    total = 0
+    for (model, healthy, node_cpu, node_memory), count in hosts.items():
+        if healthy < gpus or (wanted and not any(m in model for m in wanted)):
+            continue
+        if (node_cpu and node_cpu < cpu) or (node_memory and node_memory < memory):
+            continue
+        total += healthy * count
+    return total
 
 
 def free_milli(node: Node, usage: NodeUsage) -> tuple[int, ...]:
@@ -154,9 +194,7 @@ def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, .
     return _fragmentation(node.gpu_model.lower(), _state(node, usage), _compiled(mix))
 
 
-def fragmentation_delta(
-    node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...]
-) -> float:
+def fragmentation_delta(node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...]) -> float:
     """How much the node's expected fragmentation grows from `before` to `after` (GPU units; lower is better).
 
     Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.

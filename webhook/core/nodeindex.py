@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import count
 from typing import Any
 
 from .model import GpuUsage, Node, NodeUsage
@@ -19,6 +20,16 @@ from .topology import LinkGraph
 
 _MEMO_LIMIT = 4096
 _IDLE = GpuUsage()
+# Buckets of a shape, by how much room a node has: 0..LEVELS for nodes without an idle GPU (the largest
+# free share of a card, in tenths), then LEVELS + n for nodes with n idle GPUs. A pod is only looked for
+# in buckets that could hold it.
+LEVELS = 10
+
+
+def share_level(free_memory: int, card: int, free_cores: int) -> int:
+    """Tenths of a card free on one GPU (rounded down), by the scarcer of memory and cores."""
+    by_memory = free_memory * 1000 // card if card > 0 else 1000
+    return max(0, min(by_memory, free_cores * 10, 1000)) // 100
 
 
 @dataclass(eq=False)
@@ -49,6 +60,7 @@ class State:
     shape: Shape
     usage: NodeUsage
     idle: int  # bitmask of healthy GPUs nobody uses
+    bucket: int  # see LEVELS
     used_units: float  # GPUs in use, a shared card counting its larger share of memory or cores
     free_cpu: int
     free_memory: int
@@ -59,6 +71,7 @@ class State:
         node = shape.template
         idle = 0
         used = 0.0
+        level = 0
         for i, gpu in enumerate(node.gpus):
             if not gpu.healthy:
                 continue
@@ -70,11 +83,10 @@ class State:
             else:
                 by_memory = u.memory_mib / gpu.memory_mib if gpu.memory_mib > 0 else 0.0
                 used += min(1.0, max(by_memory, u.cores / 100))
-        return State(shape, usage, idle, used, node.cpu_milli - usage.cpu_milli, node.memory_mib - usage.memory_mib)
-
-    @property
-    def idle_count(self) -> int:
-        return self.idle.bit_count()
+                level = max(level, share_level(gpu.memory_mib - u.memory_mib, gpu.memory_mib, 100 - u.cores))
+        bucket = LEVELS + idle.bit_count() if idle else level
+        free_cpu = node.cpu_milli - usage.cpu_milli
+        return State(shape, usage, idle, bucket, used, free_cpu, node.memory_mib - usage.memory_mib)
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +121,21 @@ class Statics:
     shape_of: dict[str, Shape]
     uuid_node: dict[str, tuple[str, int]]  # GPU UUID -> (node, GPU index)
     eligible: dict[Any, tuple[str, ...]] = field(default_factory=dict)
+    tokens: dict[Any, int] = field(default_factory=dict)  # request signature -> memo key
+    counter: Iterator[int] = field(default_factory=count)
+
+    def token(self, key: Any) -> int:
+        """An integer standing for a request signature: cheap to hash in the per-state memos.
+
+        Never reused (a forgotten signature gets a new number), and safe under threads: `next` on a
+        counter and `setdefault` are atomic.
+        """
+        found = self.tokens.get(key)
+        if found is None:
+            if len(self.tokens) >= _MEMO_LIMIT * 16:
+                self.tokens.clear()
+            found = self.tokens.setdefault(key, next(self.counter))
+        return found
 
 
 class NodeIndex:
@@ -118,19 +145,21 @@ class NodeIndex:
     webhook's snapshots); `apply` changes this index in place (for the simulator).
     """
 
-    __slots__ = ("statics", "_usage_of", "_buckets", "_owned")
+    __slots__ = ("statics", "_usage_of", "_buckets", "_counts", "_owned")
 
     def __init__(
         self,
         statics: Statics,
         usage_of: dict[str, NodeUsage],
         buckets: dict[int, list[dict[NodeUsage, NodeClass]]],
+        counts: dict[int, list[int]],
         owned: bool,
     ) -> None:
         self.statics = statics
         self._usage_of = usage_of
-        # Per shape number, per count of idle GPUs: usage -> class.
+        # Per shape number, per count of idle GPUs: usage -> class, and how many nodes that is.
         self._buckets = buckets
+        self._counts = counts
         self._owned = owned  # False while containers may be shared with another index
 
     @classmethod
@@ -157,15 +186,17 @@ class NodeIndex:
             shape = shape_of[name]
             members.setdefault((shape.number, normalised(nodes[name], usage.get(name))), []).append(name)
         buckets: dict[int, list[dict[NodeUsage, NodeClass]]] = {
-            s.number: [{} for _ in range(len(s.template.gpus) + 1)] for s in shapes
+            s.number: [{} for _ in range(LEVELS + len(s.template.gpus) + 1)] for s in shapes
         }
+        counts = {s.number: [0] * (LEVELS + len(s.template.gpus) + 1) for s in shapes}
         usage_of: dict[str, NodeUsage] = {}
         for (number, used), names in members.items():
             state = shapes[number].state(used)
-            buckets[number][state.idle_count][used] = NodeClass(state, tuple(names))
+            buckets[number][state.bucket][used] = NodeClass(state, tuple(names))
+            counts[number][state.bucket] += len(names)
             for name in names:
                 usage_of[name] = used
-        return cls(statics, usage_of, buckets, owned=True)
+        return cls(statics, usage_of, buckets, counts, owned=True)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -179,14 +210,14 @@ class NodeIndex:
     def __len__(self) -> int:
         return len(self._usage_of)
 
-    def classes(self, shape: Shape, min_idle: int = 0) -> Iterator[NodeClass]:
-        """The classes of a shape having at least `min_idle` idle GPUs."""
-        for bucket in self._buckets[shape.number][min_idle:]:
+    def classes(self, shape: Shape, first_bucket: int = 0) -> Iterator[NodeClass]:
+        """The classes of a shape in buckets from `first_bucket` on (see LEVELS)."""
+        for bucket in self._buckets[shape.number][first_bucket:]:
             yield from bucket.values()
 
-    def bucket(self, shape: Shape, idle: int) -> Iterator[NodeClass]:
-        """The classes of a shape having exactly `idle` idle GPUs."""
-        return iter(self._buckets[shape.number][idle].values())
+    def count_below(self, shape: Shape, first_bucket: int) -> int:
+        """How many nodes of a shape are in buckets before `first_bucket`."""
+        return sum(self._counts[shape.number][:first_bucket])
 
     def class_count(self) -> int:
         return sum(len(b) for buckets in self._buckets.values() for b in buckets)
@@ -196,7 +227,7 @@ class NodeIndex:
     def updated(self, changes: Mapping[str, NodeUsage]) -> NodeIndex:
         """A new index with these nodes' usage replaced; this one is left as it was."""
         self._owned = False
-        copy = NodeIndex(self.statics, dict(self._usage_of), dict(self._buckets), owned=False)
+        copy = NodeIndex(self.statics, dict(self._usage_of), dict(self._buckets), dict(self._counts), owned=False)
         copied: set[tuple[int, int]] = set()
         shapes_copied: set[int] = set()
         for name, used in changes.items():
@@ -208,20 +239,22 @@ class NodeIndex:
         if not self._owned:
             self._usage_of = dict(self._usage_of)
             self._buckets = {n: [dict(b) for b in buckets] for n, buckets in self._buckets.items()}
+            self._counts = {n: list(c) for n, c in self._counts.items()}
             self._owned = True
         self._move(node, usage, None, None)
 
     def _bucket(
-        self, number: int, idle: int, copied: set[tuple[int, int]] | None, shapes_copied: set[int] | None
+        self, number: int, at: int, copied: set[tuple[int, int]] | None, shapes_copied: set[int] | None
     ) -> dict[NodeUsage, NodeClass]:
         """The bucket to change, copied first when it may be shared with another index."""
-        if copied is None or shapes_copied is None or (number, idle) in copied:
-            return self._buckets[number][idle]
+        if copied is None or shapes_copied is None or (number, at) in copied:
+            return self._buckets[number][at]
         if number not in shapes_copied:
             self._buckets[number] = list(self._buckets[number])
+            self._counts[number] = list(self._counts[number])
             shapes_copied.add(number)
-        bucket = self._buckets[number][idle] = dict(self._buckets[number][idle])
-        copied.add((number, idle))
+        bucket = self._buckets[number][at] = dict(self._buckets[number][at])
+        copied.add((number, at))
         return bucket
 
     def _move(
@@ -235,16 +268,17 @@ class NodeIndex:
         if before == used:
             return
         old_state = shape.state(before)
-        bucket = self._bucket(shape.number, old_state.idle_count, copied, shapes_copied)
+        bucket = self._bucket(shape.number, old_state.bucket, copied, shapes_copied)
         old = bucket[before]
         if len(old.names) == 1:
             del bucket[before]
         else:
             at = bisect_left(old.names, name)
             bucket[before] = NodeClass(old.state, old.names[:at] + old.names[at + 1 :])
+        self._counts[shape.number][old_state.bucket] -= 1
         self._usage_of[name] = used
         state = shape.state(used)
-        bucket = self._bucket(shape.number, state.idle_count, copied, shapes_copied)
+        bucket = self._bucket(shape.number, state.bucket, copied, shapes_copied)
         existing = bucket.get(used)
         if existing is None:
             joined = NodeClass(state, (name,))
@@ -253,3 +287,4 @@ class NodeIndex:
             insort(merged, name)
             joined = NodeClass(existing.state, tuple(merged))
         bucket[used] = joined
+        self._counts[shape.number][state.bucket] += 1

@@ -12,13 +12,13 @@ from __future__ import annotations
 import heapq
 import random
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from .fitting import Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
-from .nodeindex import NodeClass, NodeIndex, Shape
+from .nodeindex import NodeIndex, Shape, normalised
 from .scoring import Candidate, option_of, score_all
 from .topology import expected_loss
 
@@ -104,16 +104,6 @@ def _uuid_masks(index: NodeIndex, demand: Demand) -> tuple[dict[str, int] | None
     return include, exclude
 
 
-def _split(node_class: NodeClass, special: Mapping[str, int]) -> tuple[tuple[str, ...], list[str]]:
-    """The class's names without the UUID-restricted nodes, and those nodes."""
-    if not special:
-        return node_class.names, []
-    odd = [n for n in node_class.names if n in special]
-    if not odd:
-        return node_class.names, []
-    return tuple(n for n in node_class.names if n not in special), odd
-
-
 def _candidates(
     index: NodeIndex,
     demand: Demand,
@@ -123,6 +113,8 @@ def _candidates(
 ) -> list[Candidate]:
     """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked."""
     include, exclude = _uuid_masks(index, demand)
+    token = index.statics.token(demand.key)
+    gpu_policy = demand.gpu_policy or ctx.gpu_policy
     out: list[Candidate] = []
 
     def reject(reason: str, count: int) -> None:
@@ -135,32 +127,36 @@ def _candidates(
             reject(verdict, len(shape.names))
             continue
         if include is not None:
-            _restricted(index, shape, verdict, demand, ctx, include, True, out, reject, eligible)
+            _restricted(index, shape, verdict, demand, token, gpu_policy, include, True, out, reject, eligible)
             continue
         special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape}
         if special:
-            _restricted(index, shape, verdict, demand, ctx, special, False, out, reject, eligible)
+            _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible)
             if eligible is not None:
                 eligible.extend(n for n in shape.names if n not in special)
         elif eligible is not None:
             eligible.extend(shape.names)
-        minimum = demand.count if demand.exclusive else 0
-        reject("busy", sum(len(c.names) - len(_split(c, special)[1]) for c in _below(index, shape, minimum)))
-        for node_class in index.classes(shape, minimum):
-            names, _ = _split(node_class, special)
-            if not names:
-                continue
-            choice = choose_gpus(node_class.state, verdict, verdict.allowed, demand, ctx.gpu_policy)
+        # Nodes without room for the pod on any GPU are counted, never looked at.
+        first = verdict.first_bucket
+        busy = index.count_below(shape, first)
+        busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
+        reject("busy", busy)
+        allowed = verdict.allowed
+        key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
+        for node_class in index.classes(shape, first):
+            names = node_class.names
+            if special and any(n in special for n in names):
+                names = tuple(n for n in names if n not in special)
+                if not names:
+                    continue
+            choice = node_class.state.memo.get(key)
+            if choice is None:
+                choice = choose_gpus(node_class.state, verdict, allowed, demand, gpu_policy, token)
             if isinstance(choice, str):
                 reject(choice, len(names))
             else:
-                out.append(Candidate(node_class.state, names, choice, verdict, verdict.allowed))
+                out.append(Candidate(node_class.state, names, choice, verdict, allowed))
     return out
-
-
-def _below(index: NodeIndex, shape: Shape, minimum: int) -> Iterator[NodeClass]:
-    for idle in range(min(minimum, len(shape.template.gpus) + 1)):
-        yield from index.bucket(shape, idle)
 
 
 def _restricted(
@@ -168,7 +164,8 @@ def _restricted(
     shape: Shape,
     fit: Fit,
     demand: Demand,
-    ctx: PlacementContext,
+    token: int,
+    gpu_policy: str,
     masks: Mapping[str, int],
     only: bool,
     out: list[Candidate],
@@ -183,10 +180,13 @@ def _restricted(
         if allowed.bit_count() < demand.count:
             reject("uuid", 1)
             continue
+        if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
+            reject("topology", 1)
+            continue
         if eligible is not None:
             eligible.append(name)
         state = shape.state(index.usage(name))
-        choice = choose_gpus(state, fit, allowed, demand, ctx.gpu_policy)
+        choice = choose_gpus(state, fit, allowed, demand, gpu_policy, token)
         if isinstance(choice, str):
             reject(choice, 1)
         else:
@@ -221,7 +221,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     if ctx.policy == "random":
         options = _random_options(cands, topology_first, ctx)
     else:
-        score_all(cands, request, demand, ctx, index.nodes)
+        score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
         options = _best_options(cands, topology_first, ctx)
     return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
 
@@ -274,8 +274,6 @@ def _random_options(cands: list[Candidate], topology_first: bool, ctx: Placement
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:
     """The node's usage after hosting `request` as `option` says."""
-    from .nodeindex import normalised
-
     gpus = list(normalised(node, usage).gpus)
     for i in option.gpus:
         before = gpus[i]

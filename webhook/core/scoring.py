@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .fitting import MEMO_LIMIT, Choice, Demand, Fit
 from .model import GpuUsage, Node, NodeUsage, Option, PodRequest
@@ -40,18 +40,19 @@ def score_all(
     demand: Demand,
     ctx: PlacementContext,
     nodes: Mapping[str, Node],
+    token: Callable[[Any], int],
 ) -> None:
     """Set each candidate's score; a weighted combination min-max normalises each policy first."""
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
     if len(weights) == 1:
         ((name, weight),) = weights.items()
-        scores = _policy_scores(name, cands, request, demand, ctx, nodes)
+        scores = _policy_scores(name, cands, request, demand, ctx, nodes, token)
         for cand, value in zip(cands, scores, strict=True):
             cand.score = weight * value
         return
     totals = [0.0] * len(cands)
     for name, weight in sorted(weights.items()):
-        scores = _policy_scores(name, cands, request, demand, ctx, nodes)
+        scores = _policy_scores(name, cands, request, demand, ctx, nodes, token)
         low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
         span = high - low
         for i, value in enumerate(scores):
@@ -67,13 +68,14 @@ def _policy_scores(
     demand: Demand,
     ctx: PlacementContext,
     nodes: Mapping[str, Node],
+    token: Callable[[Any], int],
 ) -> list[float]:
     if name in ctx.scorers:
         scorer = ctx.scorers[name]
         # Called once per class of equivalent nodes, with the first of them (by name).
         return [scorer(request, nodes[c.names[0]], c.state.usage, option_of(c, c.names[0], ctx)) for c in cands]
     if name == "fragmentation":
-        return _fragmentation_scores(cands, request, demand, ctx)
+        return _fragmentation_scores(cands, demand, ctx, token)
     if name == "random":
         rng = random.Random(ctx.seed)
         return [rng.random() for _ in cands]
@@ -136,7 +138,7 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 
 
 def _fragmentation_scores(
-    cands: list[Candidate], request: PodRequest, demand: Demand, ctx: PlacementContext
+    cands: list[Candidate], demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]
 ) -> list[float]:
     """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node.
 
@@ -145,13 +147,13 @@ def _fragmentation_scores(
     from .fragmentation import default_mix, fragmentation_delta
 
     mix = ctx.workload_mix or default_mix()
-    token = ("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, hash(mix))
+    signature = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, mix))
     scores = []
     for cand in cands:
         memo = cand.state.memo
-        key = (token, cand.allowed)
+        key = (signature, cand.allowed)
         found = memo.get(key)
-        if found is None or found[0] != mix:
+        if found is None:
             node = cand.state.shape.template
             before = cand.state.usage
             alternatives = [cand.choice]
@@ -165,9 +167,9 @@ def _fragmentation_scores(
             assert best is not None
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
-            found = memo[key] = (mix, best[0], best[1])
-        cand.choice = found[2]
-        scores.append(-found[1])
+            found = memo[key] = best
+        cand.choice = found[1]
+        scores.append(-found[0])
     return scores
 
 

@@ -232,6 +232,11 @@ def best_gpu_set(node: Node, free: tuple[int, ...], k: int) -> GpuSet | None:
     return LinkGraph.of_node(node).best_set(mask_of(free), k)
 
 
+def topology_of(node: Node, gpus: tuple[int, ...]) -> TopologyClass:
+    """Topology class of an explicit GPU set of a node."""
+    return LinkGraph.of_node(node).classify(gpus)
+
+
 def largest_nvlink_clique(node: Node, healthy_only: bool = True) -> int:
     """The largest all-NVLink set the node has (its healthy GPUs by default)."""
     allowed = mask_of([i for i, g in enumerate(node.gpus) if g.healthy or not healthy_only])

@@ -119,9 +119,7 @@ class AdmissionHandler:
             return self._bad_request(endpoint, incoming.uid, err, started)
         except Exception:
             self.metrics.errors.labels(endpoint).inc()
-            log.exception(
-                "unexpected error while deciding", extra={"endpoint": endpoint, "uid": incoming.uid}
-            )
+            log.exception("unexpected error while deciding", extra={"endpoint": endpoint, "uid": incoming.uid})
             message = f"internal error in the GPU admission webhook (request uid {incoming.uid}); see its log"
             outcome = _Outcome(rv.errored(incoming.uid, 500, message), "error", "internal-error", 500)
         elapsed = time.perf_counter() - started
@@ -133,9 +131,7 @@ class AdmissionHandler:
         fields = admission_fields(
             uid=incoming.uid,
             namespace=_text(request.get("namespace")) or _text(metadata.get("namespace")),
-            pod=_text(metadata.get("name"))
-            or _text(metadata.get("generateName"))
-            or _text(request.get("name")),
+            pod=_text(metadata.get("name")) or _text(metadata.get("generateName")) or _text(request.get("name")),
             operation=_text(request.get("operation")),
             endpoint=endpoint,
             verdict=outcome.verdict,

@@ -88,9 +88,7 @@ def probes_blueprint() -> Blueprint:
     @bp.get("/readyz")
     def readyz() -> Response:
         ready, why = handler_of(current_app).source.ready()
-        return Response(
-            f"{'ok' if ready else 'not ready'}: {why}\n", 200 if ready else 503, mimetype="text/plain"
-        )
+        return Response(f"{'ok' if ready else 'not ready'}: {why}\n", 200 if ready else 503, mimetype="text/plain")
 
     @bp.get("/metrics")
     def metrics() -> Response:
@@ -108,6 +106,4 @@ def _admit(endpoint: str) -> Response:
 
 def _json(answer: Answer) -> Response:
     payload: Any = answer.body
-    return Response(
-        json.dumps(payload, separators=(",", ":")), answer.http_status, mimetype="application/json"
-    )
+    return Response(json.dumps(payload, separators=(",", ":")), answer.http_status, mimetype="application/json")

@@ -82,9 +82,7 @@ class ClusterCollector(Collector):
         self._expiry = CertificateExpiry(cert_file) if cert_file else None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        age = GaugeMetricFamily(
-            "gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed."
-        )
+        age = GaugeMetricFamily("gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed.")
         age.add_metric([], self._source.age_seconds())
         yield age
         snapshot = self._source.snapshot()

@@ -51,9 +51,7 @@ def build_context(files: TlsFiles) -> ssl.SSLContext:
 class ReloadingContext:
     """The current context; each call checks the files' stamps (a few stat calls) and rebuilds on change."""
 
-    def __init__(
-        self, files: TlsFiles, builder: Callable[[TlsFiles], ssl.SSLContext] = build_context
-    ) -> None:
+    def __init__(self, files: TlsFiles, builder: Callable[[TlsFiles], ssl.SSLContext] = build_context) -> None:
         self.files = files
         self._builder = builder
         self._lock = threading.Lock()
@@ -83,9 +81,7 @@ class ReloadingContext:
                     log.info("serving certificate reloaded from %s", self.files.cert_file)
         return self._context
 
-    def gunicorn_hook(
-        self, _config: object, _default_factory: Callable[[], ssl.SSLContext]
-    ) -> ssl.SSLContext:
+    def gunicorn_hook(self, _config: object, _default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         """gunicorn's `ssl_context(config, default_ssl_context_factory)` setting."""
         return self.context()
 

@@ -31,8 +31,8 @@ class Run:
     policy: str
     seed: int
     capacity_milli: int
-    arrived: array  # type: ignore[type-arg]
-    allocated: array  # type: ignore[type-arg]
+    arrived: array[int]
+    allocated: array[int]
     failed: int
     seconds: float
 
@@ -51,7 +51,7 @@ class Run:
         if a1 == arrived_milli:
             return float(u1)
         a0, u0 = (self.arrived[i - 1], self.allocated[i - 1]) if i else (0, 0)
-        return u0 + (u1 - u0) * (arrived_milli - a0) / (a1 - a0)
+        return float(u0 + (u1 - u0) * (arrived_milli - a0) / (a1 - a0))
 
     def unallocated_pct(self, arrived_pct: float) -> float | None:
         """100 - allocated % of capacity, when the arrived request is `arrived_pct` % of capacity."""
@@ -128,8 +128,8 @@ def replay(
     ctx = PlacementContext(policy=policy, limit=1, seed=seed)
     requests: dict[int, PodRequest] = {}
     seen: list[PodRequest] = []
-    arrived_log = array("q")
-    allocated_log = array("q")
+    arrived_log: array[int] = array("q")
+    allocated_log: array[int] = array("q")
     arrived = allocated = failed = 0
     next_learn = LEARN_FIRST
     started = time.perf_counter()
@@ -141,7 +141,7 @@ def replay(
         if learn and request.gpus:
             seen.append(request)
             if len(seen) >= next_learn:
-                ctx = replace(ctx, workload_mix=learn_mix(seen))
+                ctx = replace(ctx, workload_mix=learn_mix(seen, nodes))
                 next_learn = next_learn * 2 if next_learn < LEARN_EVERY else next_learn + LEARN_EVERY
         best = place(request, index, ctx).best
         if best is None:

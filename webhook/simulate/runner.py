@@ -1,0 +1,159 @@
+"""Runs every (policy, seed) replay, in worker processes when there are several, with a progress bar."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from queue import Empty
+from typing import Any, TextIO
+
+from ..core.model import Node
+from .replay import Run, capacity_milli, replay, workload
+from .trace import TracePod
+
+
+@dataclass(frozen=True)
+class Trial:
+    policy: str
+    seed: int
+
+
+class Progress:
+    """One line on stderr: runs done, pods placed, pods per second. Redrawn in place on a terminal."""
+
+    def __init__(self, total_pods: int, total_runs: int, stream: TextIO | None = None, enabled: bool = True):
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = self.enabled and self.stream.isatty()
+        self.total_pods = max(1, total_pods)
+        self.total_runs = total_runs
+        self.pods = 0
+        self.runs = 0
+        self.started = time.perf_counter()
+        self.drawn = 0.0
+
+    @property
+    def rate(self) -> float:
+        elapsed = time.perf_counter() - self.started
+        return self.pods / elapsed if elapsed > 0 else 0.0
+
+    def advance(self, pods: int) -> None:
+        self.pods += pods
+        now = time.perf_counter()
+        if self.tty and now - self.drawn >= 0.2:
+            self.drawn = now
+            self._draw("\r")
+
+    def finished(self, run: Run) -> None:
+        self.runs += 1
+        if not self.enabled:
+            return
+        if self.tty:
+            self._draw("\r")
+        else:
+            self.stream.write(
+                f"simulate: {run.policy} seed {run.seed}: {run.pods} pods, {run.failed} failed, "
+                f"{run.pods / run.seconds if run.seconds else 0:.0f} pods/s ({self.runs}/{self.total_runs})\n"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self._draw("\r")
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _draw(self, lead: str) -> None:
+        width = 30
+        done = min(1.0, self.pods / self.total_pods)
+        bar = "#" * int(done * width) + "-" * (width - int(done * width))
+        self.stream.write(
+            f"{lead}[{bar}] {100 * done:5.1f}%  runs {self.runs}/{self.total_runs}  "
+            f"{self.pods} pods  {self.rate:,.0f} pods/s"
+        )
+        self.stream.flush()
+
+
+# Worker-process state, set once per worker by _init (the trace is sent once, not once per trial).
+_WORKER: dict[str, Any] = {}
+
+
+def _init(nodes: Sequence[Node], pods: Sequence[TracePod], tune: float, queue: Any) -> None:
+    _WORKER.update(nodes=nodes, pods=pods, tune=tune, queue=queue)
+
+
+def _run_in_worker(trial: Trial) -> Run:
+    nodes, pods, tune, queue = _WORKER["nodes"], _WORKER["pods"], _WORKER["tune"], _WORKER["queue"]
+    arrivals = workload(pods, capacity_milli(nodes), trial.seed, tune)
+    return replay(nodes, arrivals, trial.policy, trial.seed, progress=queue.put)
+
+
+def run_trials(
+    nodes: Sequence[Node],
+    pods: Sequence[TracePod],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    tune: float,
+    *,
+    jobs: int | None = None,
+    show_progress: bool = True,
+    stream: TextIO | None = None,
+) -> list[Run]:
+    """Every policy on every seed; results in (policy, seed) order."""
+    trials = [Trial(p, s) for p in policies for s in seeds]
+    capacity = capacity_milli(nodes)
+    expected = sum(len(workload(pods, capacity, s, tune)) for s in seeds) * len(policies)
+    progress = Progress(expected, len(trials), stream, show_progress)
+    workers = min(jobs or os.cpu_count() or 1, len(trials))
+    results: dict[Trial, Run] = {}
+    try:
+        if workers <= 1:
+            for trial in trials:
+                arrivals = workload(pods, capacity, trial.seed, tune)
+                run = replay(nodes, arrivals, trial.policy, trial.seed, progress=progress.advance)
+                results[trial] = run
+                progress.finished(run)
+        else:
+            _run_parallel(nodes, pods, tune, trials, workers, progress, results)
+    finally:
+        progress.close()
+    return [results[t] for t in trials]
+
+
+def _run_parallel(
+    nodes: Sequence[Node],
+    pods: Sequence[TracePod],
+    tune: float,
+    trials: list[Trial],
+    workers: int,
+    progress: Progress,
+    results: dict[Trial, Run],
+) -> None:
+    context = get_context("spawn" if sys.platform == "darwin" else "fork")
+    queue = context.Queue()
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init, initargs=(nodes, pods, tune, queue)
+    ) as pool:
+        pending: dict[Future[Run], Trial] = {pool.submit(_run_in_worker, t): t for t in trials}
+        while pending:
+            done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(queue, progress)
+            for future in done:
+                trial = pending.pop(future)
+                run = future.result()
+                results[trial] = run
+                progress.finished(run)
+        _drain(queue, progress)
+
+
+def _drain(queue: Any, progress: Progress) -> None:
+    while True:
+        try:
+            progress.advance(queue.get_nowait())
+        except Empty:
+            return

@@ -63,6 +63,15 @@ class RunningServer:
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")
 
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> list[str]:
+        """The log lines containing `text`, once there are any (a background thread writes the log)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.log().splitlines() if text in line]
+            if lines or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
+
 
 def post_json(conn: http.client.HTTPConnection, path: str, body: Any) -> tuple[int, Any]:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -17,8 +17,13 @@ from webhook.cluster.watch import Backoff, Reflector
 from webhook.core.model import Gpu, GpuUsage, Namespace, NodeUsage, QuotaLimits, Taint, Usage
 
 DATA = Path(__file__).parent / "data" / "watch"
-ITEM_KIND = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace", "resourcequotas": "ResourceQuota",
-             "gpuinventories": "GPUInventory"}
+ITEM_KIND = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "namespaces": "Namespace",
+    "resourcequotas": "ResourceQuota",
+    "gpuinventories": "GPUInventory",
+}
 A100, L4 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"
 FREE = GpuUsage()
 
@@ -89,7 +94,9 @@ def feed() -> tuple[ClusterCache, Recorded, dict[str, Reflector]]:
     cache = ClusterCache(clock=lambda: 1000.0)
     recorded = Recorded()
     reflectors = {
-        kind: Reflector(kind, recorded.list_fn, recorded.stream_fn, cache, backoff=Backoff(initial=0.0), stop=recorded.stop)
+        kind: Reflector(
+            kind, recorded.list_fn, recorded.stream_fn, cache, backoff=Backoff(initial=0.0), stop=recorded.stop
+        )
         for kind in KINDS
     }
     return cache, recorded, reflectors
@@ -130,8 +137,10 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "cpu-0": NodeUsage((), 500, 1024, 0),
     }
     assert snap.namespace_usage == {"team-a": Usage(3, 172032, 230), "team-b": Usage(1, 0, 100)}
-    assert snap.quotas == {"team-a": (QuotaLimits("gpu-quota", 8, 300000, None),),
-                           "team-b": (QuotaLimits("gpu-quota", 2, None, None),)}
+    assert snap.quotas == {
+        "team-a": (QuotaLimits("gpu-quota", 8, 300000, None),),
+        "team-b": (QuotaLimits("gpu-quota", 2, None, None),),
+    }
     assert {n: ns.managed for n, ns in snap.namespaces.items()} == {"default": False, "team-a": True, "team-b": True}
     assert snap == build_snapshot(mirror.all())
 
@@ -153,8 +162,9 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
     assert snap.namespace_usage == {"team-a": Usage(4, 327680, 400), "team-b": Usage(1, 23034, 100)}
     assert snap.quotas["team-b"] == (QuotaLimits("gpu-quota", 4, None, 300),)
     assert snap.quotas["team-c"] == (QuotaLimits("gpu-quota", 1, None, None),)
-    assert snap.namespaces["team-c"] == Namespace("team-c", {"kubernetes.io/metadata.name": "team-c",
-                                                             "gpu-admission.io/enabled": "true"})
+    assert snap.namespaces["team-c"] == Namespace(
+        "team-c", {"kubernetes.io/metadata.name": "team-c", "gpu-admission.io/enabled": "true"}
+    )
     assert snap == build_snapshot(mirror.all())
 
     # Stage 2: the pods watch gets 410 Gone and lists again; infer-0 vanished while we were away.
@@ -174,8 +184,11 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "gpu-b": NodeUsage((GpuUsage(4096, 25, 1, False), FREE), 1000, 4096, 1),
         "gpu-c": NodeUsage((whole(23034), FREE), 4000, 16384, 1),
     }
-    assert snap.namespace_usage == {"team-a": Usage(2, 163840, 200), "team-b": Usage(1, 23034, 100),
-                                    "team-c": Usage(1, 4096, 25)}
+    assert snap.namespace_usage == {
+        "team-a": Usage(2, 163840, 200),
+        "team-b": Usage(1, 23034, 100),
+        "team-c": Usage(1, 4096, 25),
+    }
     assert "team-c" not in snap.quotas and snap.namespaces["team-b"].managed is False
     assert snap == build_snapshot(mirror.all())
 
@@ -213,7 +226,9 @@ def test_snapshot_is_reused_until_something_changes(feed: tuple[ClusterCache, Re
     assert first.usage["gpu-b"] == NodeUsage((GpuUsage(8192, 30, 1, False), FREE), 2000, 8192, 1)
 
 
-def test_counted_follows_the_generation_a_pod_was_seen_at(feed: tuple[ClusterCache, Recorded, dict[str, Reflector]]) -> None:
+def test_counted_follows_the_generation_a_pod_was_seen_at(
+    feed: tuple[ClusterCache, Recorded, dict[str, Reflector]],
+) -> None:
     cache, _, reflectors = feed
     for kind in KINDS:
         reflectors[kind].list_once()

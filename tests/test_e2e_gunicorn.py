@@ -230,7 +230,7 @@ def test_certificate_rotation_without_restart(workdir: Path, cert_dir: Path, ser
     assert post_json(kept, "/validate", gpu_pod_review(namespace="kube-system", uid="k2"))[0] == 200
     kept.close()
     assert server.process.poll() is None
-    assert '"msg":"serving certificate reloaded from' in server.log()
+    assert server.wait_for_log('"msg":"serving certificate reloaded from')
 
 
 def test_client_ca_and_tls_1_3_only(workdir: Path, cert_dir: Path) -> None:
@@ -262,10 +262,9 @@ def test_logs_are_json_lines_one_per_admission(server: RunningServer) -> None:
     conn = server.connection()
     post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="log-probe-1"))
     conn.close()
-    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    probe = [entry for entry in lines if entry.get("uid") == "log-probe-1"]
+    probe = [json.loads(line) for line in server.wait_for_log('"log-probe-1"')]
     assert len(probe) == 1 and probe[0]["reason"] == "excluded-namespace" and probe[0]["verdict"] == "allowed"
-    assert all(line.startswith("{") for line in server.log().splitlines() if line.strip())
+    assert all(line.startswith("{") and json.loads(line) for line in server.log().splitlines() if line.strip())
 
 
 def test_webhook_agrees_with_check(workdir: Path, cert_dir: Path) -> None:

@@ -222,6 +222,7 @@ def _with(req: PodRequest, **changes: object) -> PodRequest:
         (request(1, models_exclude=("H100", "t4")), ("p",), {"model": 2}),
         (request(1, memory_mib=50_000), ("d",), {"memory": 2}),
         (request(1, memory_pct=50, cores=50), ("d", "p", "t"), {}),
+        (request(1, memory_mib=1024, cores=150), (), {"cores": 3}),
         (request(1, cpu_milli=100_000), ("d",), {"cpu": 2}),
         (request(1, memory_mib_host=1_500_000), ("d",), {"host-memory": 2}),
         (request(5), ("d", "p"), {"gpu-count": 1}),

@@ -22,17 +22,30 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 def node(name: str, gpus: int) -> dict[str, Any]:
-    return {"kind": "Node", "metadata": {"name": name, "labels": {
-        "nvidia.com/gpu.product": H100, "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": str(gpus)}},
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}}}
+    return {
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": H100,
+                "nvidia.com/gpu.memory": "81559",
+                "nvidia.com/gpu.count": str(gpus),
+            },
+        },
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}},
+    }
 
 
 def running(name: str, gpus: int, node_name: str | None = "n1", namespace: str = "team-a") -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
     if node_name:
         spec["nodeName"] = node_name
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
-            "spec": spec, "status": {"phase": "Running"}}
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
 
 
 def cluster_cache(used: int, quota: int = 8, clock: Callable[[], float] = lambda: 0.0) -> ClusterCache:
@@ -40,11 +53,22 @@ def cluster_cache(used: int, quota: int = 8, clock: Callable[[], float] = lambda
     cache = ClusterCache(clock=clock)
     cache.replace("nodes", [node("n1", 8), node("n2", 8)])
     cache.replace("gpuinventories", [])
-    cache.replace("namespaces", [{"metadata": {"name": "team-a", "labels": {"gpu-admission.io/enabled": "true"}}},
-                                 {"metadata": {"name": "team-b", "labels": {"gpu-admission.io/enabled": "true"}}}])
-    cache.replace("resourcequotas", [
-        {"metadata": {"name": "gpus", "namespace": "team-a"}, "spec": {"hard": {"requests.nvidia.com/gpu": str(quota)}}},
-    ])
+    cache.replace(
+        "namespaces",
+        [
+            {"metadata": {"name": "team-a", "labels": {"gpu-admission.io/enabled": "true"}}},
+            {"metadata": {"name": "team-b", "labels": {"gpu-admission.io/enabled": "true"}}},
+        ],
+    )
+    cache.replace(
+        "resourcequotas",
+        [
+            {
+                "metadata": {"name": "gpus", "namespace": "team-a"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": str(quota)}},
+            },
+        ],
+    )
     cache.replace("pods", [running(f"old-{i}", 1) for i in range(used)])
     for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
         cache.heard(kind)
@@ -62,7 +86,9 @@ def quota_decider(gpus: int = 1, namespace: str = "team-a") -> Callable[[Snapsho
         used = snapshot.namespace_usage.get(namespace, Usage()).gpus
         limits = [q.gpus for q in snapshot.quotas.get(namespace, ()) if q.gpus is not None]
         if limits and used + gpus > min(limits):
-            return Decision(False, 403, f"quota exceeded: used {used}, asked {gpus}, limit {min(limits)}", reason="quota")
+            return Decision(
+                False, 403, f"quota exceeded: used {used}, asked {gpus}, limit {min(limits)}", reason="quota"
+            )
         return Decision(True, allocation=allocation(gpus))
 
     return decide
@@ -112,8 +138,9 @@ class FakeConfigMaps:
         self.writes = 0
 
     def _object(self, namespace: str, name: str, version: int, data: dict[str, str]) -> V1ConfigMap:
-        return V1ConfigMap(metadata=V1ObjectMeta(name=name, namespace=namespace, resource_version=str(version)),
-                           data=dict(data))
+        return V1ConfigMap(
+            metadata=V1ObjectMeta(name=name, namespace=namespace, resource_version=str(version)), data=dict(data)
+        )
 
     def read_namespaced_config_map(self, name: str, namespace: str) -> V1ConfigMap:
         with self.lock:
@@ -156,8 +183,7 @@ class FakeConfigMaps:
 def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() -> None:
     api = FakeConfigMaps()
     replicas = [
-        LiveSource(cluster_cache(used=3), Ledger(ApiStore(api, "gpu-admission")), settle_seconds=60.0)
-        for _ in range(2)
+        LiveSource(cluster_cache(used=3), Ledger(ApiStore(api, "gpu-admission")), settle_seconds=60.0) for _ in range(2)
     ]
     admitted = race(lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(), dry_run=False))
     assert len(admitted) == 5
@@ -174,7 +200,9 @@ def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() ->
 def test_two_replicas_taking_two_gpus_each_stop_at_the_quota() -> None:
     api = FakeConfigMaps(conflict_rate=0.5, seed=3)
     replicas = [LiveSource(cluster_cache(used=0, quota=9), Ledger(ApiStore(api, "gpu-admission"))) for _ in range(2)]
-    admitted = race(lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(gpus=2), dry_run=False), threads=20)
+    admitted = race(
+        lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(gpus=2), dry_run=False), threads=20
+    )
     assert len(admitted) == 4  # 4 x 2 = 8 <= 9 < 10
     assert api.uids() == sorted(f"pod-{i}" for i in admitted)
 
@@ -265,8 +293,9 @@ def test_stale_cache_answers_through_the_grace_period_then_follows_on_stale() ->
         late = source.commit(f"{action}-2", "team-a", quota_decider(), dry_run=True)
         if action == "deny":
             assert (late.allowed, late.code, late.reason) == (False, 503, "stale")
-            assert late.message == ("GPU admission cannot check quotas: no word from the API server for 211s "
-                                    "(limit 210s); retry later")
+            assert late.message == (
+                "GPU admission cannot check quotas: no word from the API server for 211s (limit 210s); retry later"
+            )
         else:
             assert late.allowed
         assert source.age_seconds() == 211.0
@@ -276,7 +305,9 @@ def test_an_unsynced_cache_is_not_ready_and_refuses() -> None:
     cache = ClusterCache(clock=lambda: 0.0)
     cache.replace("nodes", [])
     source = LiveSource(cache)
-    assert source.ready() == (False, "watch cache not synced yet (waiting for: gpuinventories, namespaces, "
-                                     "resourcequotas, pods)")
+    assert source.ready() == (
+        False,
+        "watch cache not synced yet (waiting for: gpuinventories, namespaces, resourcequotas, pods)",
+    )
     decision = source.commit("pod-a", "team-a", quota_decider(), dry_run=False)
     assert (decision.allowed, decision.code, decision.reason) == (False, 503, "not-synced")

@@ -152,8 +152,11 @@ class ClusterCache:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {"nodes": len(self._nodes), "pods": sum(1 for p in self._pods.values() if p.use is not None),
-                    "namespaces": len(self._namespaces)}
+            return {
+                "nodes": len(self._nodes),
+                "pods": sum(1 for p in self._pods.values() if p.use is not None),
+                "namespaces": len(self._namespaces),
+            }
 
     # -- translation ----------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None, *
     if kubeconfig is None and context is None and in_cluster():
         configuration = client.Configuration()
         try:
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except ConfigException as error:
             raise UserError(f"in-cluster configuration: {error}") from None
         return client.ApiClient(configuration)
@@ -40,7 +40,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None, *
             raise UserError(f"{path}: --kubeconfig file not found")
         raise UserError(f"{path}: no kubeconfig file, and not running in a cluster; give --kubeconfig FILE")
     try:
-        return config.new_client_from_config(config_file=path, context=context)
+        return config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
     except ConfigException as error:
         raise UserError(f"{path}: {error}") from None
     except Exception as error:  # YAML errors, missing certificate files named by the kubeconfig

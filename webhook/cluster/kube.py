@@ -49,7 +49,9 @@ class KubeLister:
         if kind == INVENTORY_PLURAL:
 
             def list_inventories(**kwargs: Any) -> Any:
-                return self.custom.list_cluster_custom_object(INVENTORY_GROUP, INVENTORY_VERSION, INVENTORY_PLURAL, **kwargs)
+                return self.custom.list_cluster_custom_object(
+                    INVENTORY_GROUP, INVENTORY_VERSION, INVENTORY_PLURAL, **kwargs
+                )
 
             return list_inventories
         raise ValueError(f"unknown kind {kind!r}")
@@ -60,8 +62,11 @@ class KubeLister:
         api_version, kind_name = KINDS[kind]
         token = ""
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False,
-                                      "_request_timeout": self.request_timeout}
+            kwargs: dict[str, Any] = {
+                "limit": self.page_size,
+                "_preload_content": False,
+                "_request_timeout": self.request_timeout,
+            }
             if token:
                 kwargs["_continue"] = token
             response = call(**kwargs)
@@ -88,7 +93,7 @@ class KubeLister:
             _request_timeout=(self.request_timeout, timeout + 30),
         )
         try:
-            for line in iter_resp_lines(response):
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if line:
                     yield json.loads(line)
         finally:

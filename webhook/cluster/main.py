@@ -15,9 +15,13 @@ from webhook.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)"
+    )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    parser.add_argument("-o", "--output", metavar="FILE", required=True, help="where to write the List YAML ('-': stdout)")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="where to write the List YAML ('-': stdout)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

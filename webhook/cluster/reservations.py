@@ -38,7 +38,11 @@ class Reservation:
     expires_at: float  # clock seconds (time.time() in production)
 
     def to_json(self) -> dict[str, Any]:
-        return {"uid": self.uid, "expiresAt": round(self.expires_at, 3), "allocation": allocation_to_json(self.allocation)}
+        return {
+            "uid": self.uid,
+            "expiresAt": round(self.expires_at, 3),
+            "allocation": allocation_to_json(self.allocation),
+        }
 
     @classmethod
     def from_json(cls, namespace: str, data: Any) -> Reservation:
@@ -112,7 +116,9 @@ class ApiStore:
 
     DATA_KEY = "reservations"
 
-    def __init__(self, api: Any, namespace: str, *, prefix: str = "gpu-admission-ledger-", max_attempts: int = 50) -> None:
+    def __init__(
+        self, api: Any, namespace: str, *, prefix: str = "gpu-admission-ledger-", max_attempts: int = 50
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.prefix = prefix
@@ -156,7 +162,9 @@ class ApiStore:
                     continue
                 self._remember(namespace, _Stored(version, new))
                 return result
-        raise ReservationConflict(f"the reservation ledger of namespace {namespace} kept changing ({self.max_attempts} tries)")
+        raise ReservationConflict(
+            f"the reservation ledger of namespace {namespace} kept changing ({self.max_attempts} tries)"
+        )
 
     def _remember(self, namespace: str, stored: _Stored) -> None:
         with self._guard:
@@ -181,7 +189,9 @@ class ApiStore:
             raw = json.loads(data.get(self.DATA_KEY) or "[]")
             return tuple(Reservation.from_json(namespace, item) for item in raw)
         except ValueError as error:  # a hand-edited object: start over rather than stop admitting
-            log.error("ledger %s/%s is unreadable (%s); treating it as empty", self.namespace, self.name_of(namespace), error)
+            log.error(
+                "ledger %s/%s is unreadable (%s); treating it as empty", self.namespace, self.name_of(namespace), error
+            )
             return ()
 
     def _write(self, namespace: str, resource_version: str | None, entries: Entries) -> str:

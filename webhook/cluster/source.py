@@ -105,8 +105,10 @@ class LiveSource:
         if silent > policy.stale_after_seconds:
             return False, f"watch cache stale: no word from the API server for {silent:.0f}s"
         counts = self.cache.counts()
-        return True, (f"watch cache synced: {counts['nodes']} nodes, {counts['pods']} GPU pods, "
-                      f"{len(self.ledger.active())} reservations")
+        return True, (
+            f"watch cache synced: {counts['nodes']} nodes, {counts['pods']} GPU pods, "
+            f"{len(self.ledger.active())} reservations"
+        )
 
     def age_seconds(self) -> float:
         return self.cache.silence()
@@ -120,7 +122,8 @@ class LiveSource:
             base, generation = self.cache.view()
             pending = [e for e in entries if not self.cache.counted(e.uid, generation)]
             others = [
-                e for e in self.ledger.active()
+                e
+                for e in self.ledger.active()
                 if e.namespace != namespace and e.uid != uid and not self.cache.counted(e.uid, generation)
             ]
             return decide(with_reservations(base, pending + others))
@@ -140,13 +143,22 @@ class LiveSource:
 
     def _refusal(self, policy: Policy) -> Decision | None:
         if not self.cache.synced():
-            return Decision(False, 503, "GPU admission is starting: the cluster state is not loaded yet; retry shortly",
-                            reason="not-synced")
+            return Decision(
+                False,
+                503,
+                "GPU admission is starting: the cluster state is not loaded yet; retry shortly",
+                reason="not-synced",
+            )
         silent = self.cache.silence()
         limit = policy.stale_after_seconds + policy.stale_grace_seconds
         if silent > limit and policy.on_stale == "deny":
-            return Decision(False, 503, f"GPU admission cannot check quotas: no word from the API server for "
-                            f"{silent:.0f}s (limit {limit:.0f}s); retry later", reason="stale")
+            return Decision(
+                False,
+                503,
+                f"GPU admission cannot check quotas: no word from the API server for "
+                f"{silent:.0f}s (limit {limit:.0f}s); retry later",
+                reason="stale",
+            )
         return None
 
 
@@ -224,8 +236,9 @@ def build_source(
     else:
         store, settle = InProcessStore(), 0.0
     cache = ClusterCache()
-    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get,
-                        settle_seconds=settle)
+    source = LiveSource(
+        cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, settle_seconds=settle
+    )
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]

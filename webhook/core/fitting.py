@@ -125,8 +125,10 @@ def _static(shape: Shape, demand: Demand) -> Fit | str:
     if allowed.bit_count() < demand.count:
         return "unhealthy"
     needs = [per_gpu(demand, gpu.memory_mib) for gpu in node.gpus]
+    if any(not 0 <= cores <= 100 for _, cores in needs):
+        return "cores"
     for i, gpu in enumerate(node.gpus):
-        if needs[i][0] > gpu.memory_mib or needs[i][1] > 100:
+        if needs[i][0] > gpu.memory_mib:
             allowed &= ~(1 << i)
     if allowed.bit_count() < demand.count:
         return "memory"

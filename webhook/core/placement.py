@@ -199,7 +199,12 @@ def _restricted(
 
 
 def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Placement:
-    """Eligible nodes, and the best options now, for a GPU pod."""
+    """Eligible nodes, and the best options now, for a GPU pod.
+
+    Reasons counted in `rejected`: never possible on the node ("vendor", "unschedulable", "gpu-count",
+    "model", "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid") or not now
+    ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
+    """
     if request.gpus <= 0:
         return Placement(eligible=(), options=(), rejected={})
     demand = demand_of(request)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import collections
 import datetime
 import json
 import logging
@@ -33,37 +35,78 @@ class JsonFormatter(logging.Formatter):
 
 
 class JsonLineHandler(logging.Handler):
-    """Writes each record as one line with one write(2): no handler lock for the threads to queue on.
+    """Formats in the calling thread, writes from one background thread in batches.
 
-    A short line written in one call reaches a pipe or an O_APPEND file whole, so concurrent admissions
-    never interleave; only lines longer than PIPE_BUF (tracebacks) take a lock.
+    A request thread never blocks on the log's lock or on write(2), each of which would hand the GIL
+    to another thread mid-request; the writer joins whatever is pending into one write. Pending lines
+    are written at interpreter exit; a process killed outright loses at most the last few milliseconds.
+    The writer thread is started in the process that first logs, so a fork (gunicorn's workers) gets
+    its own.
     """
-
-    ATOMIC_BYTES = 4096
 
     def __init__(self, fd: int | None = None) -> None:
         super().__init__()
         self.fd = sys.stderr.fileno() if fd is None else fd
-        self._long_lines = threading.Lock()
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._wake = threading.Event()
+        self._owner = -1  # pid whose writer thread is running
+        self._start_lock = threading.Lock()
+        atexit.register(self.flush)
+        os.register_at_fork(after_in_child=self._forget_parent)
 
     def createLock(self) -> None:  # noqa: N802 - logging's name
-        self.lock = None
+        self.lock = None  # deque appends are atomic; no handler lock for threads to queue on
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            data = (self.format(record) + "\n").encode("utf-8", "replace")
-            if len(data) <= self.ATOMIC_BYTES:
-                self._write(data)
-            else:
-                with self._long_lines:
-                    self._write(data)
+            self._pending.append((self.format(record) + "\n").encode("utf-8", "replace"))
         except Exception:
             self.handleError(record)
+            return
+        if self._owner != os.getpid():
+            self._start_writer()
+        self._wake.set()
 
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+    def flush(self) -> None:
+        """Write whatever is pending now, in the calling thread."""
+        self._drain()
+
+    def _forget_parent(self) -> None:
+        """In a forked child: the parent writes its own pending lines; this process starts afresh."""
+        self._pending.clear()
+        self._owner = -1
+        self._start_lock = threading.Lock()
+
+    def _start_writer(self) -> None:
+        with self._start_lock:
+            if self._owner == os.getpid():
+                return
+            self._owner = os.getpid()
+            self._wake = threading.Event()
+            threading.Thread(target=self._run, name="json-log-writer", daemon=True).start()
+
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait()
+            wake.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        chunks = []
+        while True:
+            try:
+                chunks.append(self._pending.popleft())
+            except IndexError:
+                break
+        if not chunks:
+            return
+        view = memoryview(b"".join(chunks))
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:
+            pass  # nowhere left to report it
 
 
 def configure_logging(level: str = "info") -> None:

@@ -78,7 +78,7 @@ def kubeconfig(tmp_path: Path) -> Iterator[str]:
     Stub.requests = []
     Stub.without = set()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     path = tmp_path / "kubeconfig"
     path.write_text(

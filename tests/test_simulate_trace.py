@@ -85,13 +85,19 @@ def test_cpu_only_task_is_not_a_gpu_pod() -> None:
             "sn,cpu_milli,memory_mib,gpu,model\nn-0,96000,lots,8,G2\n",
             "{path}:2: column memory_mib: 'lots' is not a whole number",
         ),
-        ("sn,cpu_milli,memory_mib,gpu,model\nn-0,-1,10,8,G2\n", "{path}:2: column cpu_milli: -1 is out of range (>= 0)"),
+        (
+            "sn,cpu_milli,memory_mib,gpu,model\nn-0,-1,10,8,G2\n",
+            "{path}:2: column cpu_milli: -1 is out of range (>= 0)",
+        ),
         ("sn,cpu_milli,memory_mib,gpu,model\nn-0,1,10,2,\n", "{path}:2: column model: empty for a node with 2 GPUs"),
         (
             "sn,cpu_milli,memory_mib,gpu,model\nn-0,1,10,2,T4\nn-0,1,10,2,T4\n",
             "{path}:3: column sn: duplicate node n-0",
         ),
-        ("sn,cpu_milli,gpu,model\nn-0,1,2,T4\n", "{path}:1: missing column memory_mib (header: sn,cpu_milli,gpu,model)"),
+        (
+            "sn,cpu_milli,gpu,model\nn-0,1,2,T4\n",
+            "{path}:1: missing column memory_mib (header: sn,cpu_milli,gpu,model)",
+        ),
         ("sn,cpu_milli,memory_mib,gpu,model\n", "{path}: no nodes"),
     ],
 )

@@ -25,6 +25,7 @@ KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods")
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
 
 Inventory = tuple[Any, Any, Any]
+IDLE = NodeUsage()
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -368,7 +369,7 @@ class ClusterCache:
         cache: dict[str, Any] = {}
         if previous is None or self._dirty_nodes:
             nodes: Mapping[str, Node] = dict(self._nodes)
-            usage: Mapping[str, NodeUsage] = {n: self._usage.get(n, NodeUsage()) for n in self._nodes}
+            usage: Mapping[str, NodeUsage] = {n: self._usage.get(n, IDLE) for n in self._nodes}
         else:
             nodes = previous.nodes
             if self._dirty_usage:

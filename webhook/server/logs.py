@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 ADMISSION_LOGGER = "webhook.admission"
@@ -37,20 +38,24 @@ class JsonFormatter(logging.Formatter):
 class JsonLineHandler(logging.Handler):
     """Formats in the calling thread, writes from one background thread in batches.
 
-    A request thread never blocks on the log's lock or on write(2), each of which would hand the GIL
-    to another thread mid-request; the writer joins whatever is pending into one write. Pending lines
-    are written at interpreter exit; a process killed outright loses at most the last few milliseconds.
+    A request thread never blocks on a lock, an event or write(2), each of which would hand the GIL to
+    another thread mid-request: it appends to a deque, and the writer, waking every few milliseconds,
+    joins whatever is pending into one write. Pending lines are written at interpreter exit; a process
+    killed outright loses at most the last few milliseconds.
     The writer thread is started in the process that first logs, so a fork (gunicorn's workers) gets
     its own.
     """
+
+    INTERVAL = 0.005
+    IDLE_INTERVAL = 0.05
 
     def __init__(self, fd: int | None = None) -> None:
         super().__init__()
         self.fd = sys.stderr.fileno() if fd is None else fd
         self._pending: collections.deque[bytes] = collections.deque()
-        self._wake = threading.Event()
         self._owner = -1  # pid whose writer thread is running
         self._start_lock = threading.Lock()
+        self._drain_lock = threading.Lock()
         atexit.register(self.flush)
         os.register_at_fork(after_in_child=self._forget_parent)
 
@@ -65,7 +70,6 @@ class JsonLineHandler(logging.Handler):
             return
         if self._owner != os.getpid():
             self._start_writer()
-        self._wake.set()
 
     def flush(self) -> None:
         """Write whatever is pending now, in the calling thread."""
@@ -76,37 +80,41 @@ class JsonLineHandler(logging.Handler):
         self._pending.clear()
         self._owner = -1
         self._start_lock = threading.Lock()
+        self._drain_lock = threading.Lock()
 
     def _start_writer(self) -> None:
         with self._start_lock:
             if self._owner == os.getpid():
                 return
             self._owner = os.getpid()
-            self._wake = threading.Event()
             threading.Thread(target=self._run, name="json-log-writer", daemon=True).start()
 
     def _run(self) -> None:
-        wake = self._wake
+        pause = self.INTERVAL
         while True:
-            wake.wait()
-            wake.clear()
-            self._drain()
+            if self._drain():
+                pause = self.INTERVAL
+            else:  # idle: wake less often, up to IDLE_INTERVAL
+                time.sleep(pause)
+                pause = min(pause * 2, self.IDLE_INTERVAL)
 
-    def _drain(self) -> None:
-        chunks = []
-        while True:
+    def _drain(self) -> bool:
+        with self._drain_lock:  # the writer and flush() only; a flush waits for a write in progress
+            chunks = []
+            while True:
+                try:
+                    chunks.append(self._pending.popleft())
+                except IndexError:
+                    break
+            if not chunks:
+                return False
+            view = memoryview(b"".join(chunks))
             try:
-                chunks.append(self._pending.popleft())
-            except IndexError:
-                break
-        if not chunks:
-            return
-        view = memoryview(b"".join(chunks))
-        try:
-            while view:
-                view = view[os.write(self.fd, view) :]
-        except OSError:
-            pass  # nowhere left to report it
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            except OSError:
+                pass  # nowhere left to report it
+            return True
 
 
 def configure_logging(level: str = "info") -> None:

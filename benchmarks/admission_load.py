@@ -199,14 +199,16 @@ def run_python_load(
     }
 
 
-def serve_noop(bind: str, cert_dir: str) -> None:
-    """The baseline: the same gunicorn settings and TLS context as `serve`, an app that does nothing."""
+def serve_noop(bind: str, cert_dir: str, work_ms: str = "0") -> None:
+    """The baseline: the same gunicorn settings and TLS context as `serve`, an app that does nothing
+    (or, to calibrate, spends `work_ms` of CPU in Python per request)."""
     from flask import Flask, Response, request
 
     from webhook.server.gunicorn_app import GunicornOptions, serve_forever
     from webhook.server.logs import configure_logging
     from webhook.server.tls import TlsFiles
 
+    work = float(work_ms) / 1000.0
     answer = json.dumps(
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "noop", "allowed": True}},
         separators=(",", ":"),
@@ -219,6 +221,10 @@ def serve_noop(bind: str, cert_dir: str) -> None:
         @app.post("/validate")
         def noop() -> Response:
             request.get_data()
+            if work:
+                started = time.thread_time()
+                while time.thread_time() - started < work:
+                    pass
             return Response(answer, 200, mimetype="application/json")
 
         @app.get("/readyz")
@@ -240,7 +246,13 @@ def main() -> int:
         "--pace-ms", type=int, default=20, help="paced load: pause of each connection between requests, ms (default 20)"
     )
     parser.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk exists")
-    parser.add_argument("--serve-noop", nargs=2, metavar=("BIND", "CERT_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--calibrate-ms",
+        type=float,
+        default=0.0,
+        help="also measure the no-op app spending this much Python CPU per request (ms)",
+    )
+    parser.add_argument("--serve-noop", nargs=3, metavar=("BIND", "CERT_DIR", "WORK_MS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_noop:
         serve_noop(*args.serve_noop)
@@ -265,15 +277,21 @@ def main() -> int:
                 return run_wrk(url, bodies, work, args.duration, args.connections, pause_ms)
             return run_python_load(port, cert_dir / "ca.crt", path, bodies, args.duration, args.connections, pause_ms)
 
-        noop_port = free_port()
-        noop = subprocess.Popen(
-            [sys.executable, __file__, "--serve-noop", f"127.0.0.1:{noop_port}", str(cert_dir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        noop_port, calibrated_port = free_port(), free_port()
+        baselines = [("0", noop_port)] + ([(str(args.calibrate_ms), calibrated_port)] if args.calibrate_ms else [])
+        noops = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--serve-noop", f"127.0.0.1:{port}", str(cert_dir), work_ms],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            for work_ms, port in baselines
+        ]
+        noop = noops[0]
         try:
-            _wait(noop_port, cert_dir / "ca.crt")
+            for _, port in baselines:
+                _wait(port, cert_dir / "ca.crt")
             with running_server(work, cert_dir, ["--cluster", str(cluster)]) as server:
                 validate_file.write_text(
                     "\n".join(json.dumps(r, separators=(",", ":")) for r in validating_bodies(server, reviews)) + "\n"
@@ -293,6 +311,17 @@ def main() -> int:
                         args.pace_ms,
                     ),
                 ]
+                if args.calibrate_ms:
+                    plan.append(
+                        (
+                            f"no-op + {args.calibrate_ms:g} ms Python",
+                            calibrated_port,
+                            noops[1].pid,
+                            "/mutate",
+                            mutate_file,
+                            0,
+                        )
+                    )
                 for _, port, _, path, bodies, _ in plan[:3]:  # warm-up: imports, placement index, TLS
                     load(port, path, bodies, 0)
                 samples: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in plan}
@@ -303,8 +332,9 @@ def main() -> int:
                         result["cpu_ms"] = (cpu_seconds(group) - before) * 1000.0 / max(result["requests"], 1.0)
                         samples[name].append(result)
         finally:
-            noop.terminate()
-            noop.wait(timeout=15)
+            for process in noops:
+                process.terminate()
+                process.wait(timeout=15)
     results = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in samples.items()
     }
@@ -353,6 +383,9 @@ def report(results: dict[str, dict[str, float]], driver: str, args: argparse.Nam
     for name, r in results.items():
         print(f"{name:<28} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['rps']:>8.0f} {r['cpu_ms']:>18.3f} {r['errors']:>8.0f}")
     base, paced_base = results["no-op /mutate"], results["no-op /mutate, paced"]
+    for name, r in results.items():
+        if name.startswith("no-op + "):
+            print(f"calibration: {name} reaches {r['rps'] / base['rps']:.0%} of the no-op's throughput")
     for name, paced in (
         ("webhook /mutate", "webhook /mutate, paced"),
         ("webhook /validate dry-run", "webhook /validate, paced"),

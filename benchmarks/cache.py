@@ -24,7 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from webhook.cluster.cache import ClusterCache  # noqa: E402
+from webhook.cluster.source import LiveSource  # noqa: E402
 from webhook.cluster.translate import build_snapshot  # noqa: E402
+from webhook.core.model import Allocation, Decision, TopologyClass  # noqa: E402
 from webhook.core.placement import index_of  # noqa: E402
 
 MODEL, CARD = "NVIDIA-H100-80GB-HBM3", 81559
@@ -209,6 +211,7 @@ def main() -> int:
     index_of(snap)
     index_s = time.perf_counter() - started
     gc.collect()
+    gc.freeze()  # as the webhook's upkeep thread does once synced: the loaded cluster leaves the GC's scans
     loaded_rss = rss_mib()
     print(
         f"cluster: {args.nodes} nodes (8 x H100 each, GPUInventory), {args.pods} pods "
@@ -244,6 +247,25 @@ def main() -> int:
         cache.snapshot()
         after_node.append((time.perf_counter() - started) * 1000)
     print(f"snapshot() after one node event:    {summary(after_node)} (placement index rebuilt on first use)")
+
+    # Admissions recording reservations: commit() (decide + record, in-process store) then snapshot().
+    source = LiveSource(cache)
+    for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
+        cache.heard(kind)
+    index_of(cache.snapshot())
+    admit = Decision(
+        True,
+        allocation=Allocation("node-00042", (7,), 1, 20000, 25, "nvidia", MODEL, TopologyClass.SINGLE, 0.0, "binpack"),
+    )
+    commits = timed(
+        lambda: source.commit(f"uid-new-{time.perf_counter_ns()}", "ns-001", lambda s: admit, False),
+        min(200, args.samples),
+    )
+    views = timed(source.snapshot, 1)
+    print(
+        f"commit() with up to {len(commits)} reservations in flight: {summary(commits)}; "
+        f"snapshot() with them all: {views[0]:.3f} ms"
+    )
 
     del churn
     gc.collect()

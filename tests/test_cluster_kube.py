@@ -174,3 +174,43 @@ def test_a_refusing_api_server_is_one_line(kubeconfig: str) -> None:
     Stub.without = {"pods"}
     with pytest.raises(UserError, match=r"^http://127\.0\.0\.1:\d+: cannot list pods: HTTP 404 Not Found$"):
         snapshot_command.live_objects(kubeconfig)
+
+
+def test_build_source_watches_until_synced_and_ready(kubeconfig: str) -> None:
+    import time
+
+    from webhook.cluster.source import build_source
+
+    source = build_source(kubeconfig=kubeconfig, namespace="gpu-admission", freeze_gc=False)
+    try:
+        deadline = time.monotonic() + 20
+        while not source.ready()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready, reason = source.ready()
+        assert ready, reason
+        assert reason.startswith("watch cache synced: ")
+        assert source.snapshot().nodes.keys() >= {"gpu-a", "gpu-b", "cpu-0"}
+    finally:
+        source.close()
+    assert source.upkeep is not None and not any(t.is_alive() for t in source.upkeep.threads)
+
+
+def test_build_source_names_a_wrong_reservations_store(kubeconfig: str) -> None:
+    from webhook.cluster.source import build_source
+
+    with pytest.raises(UserError, match="^reservations must be memory or api, got 'etcd'$"):
+        build_source(kubeconfig=kubeconfig, reservations="etcd", start=False)
+
+
+def test_a_missing_inventory_crd_lists_empty_and_is_looked_for_again(kubeconfig: str) -> None:
+    from webhook.cluster.watch import Gone
+
+    Stub.without = {"gpuinventories"}
+    lister = KubeLister(load_api_client(kubeconfig), absent_recheck=0.0)
+    assert list(lister.list_pages("gpuinventories")) == [{"metadata": {"resourceVersion": ""}, "items": []}]
+    with pytest.raises(Gone, match="^the GPUInventory CRD is not installed$"):
+        list(lister.stream("gpuinventories", "", 30))
+    cache = ClusterCache(clock=lambda: 0.0)
+    reflector = Reflector("gpuinventories", lister.list_pages, lister.stream, cache)
+    reflector.list_once()
+    assert cache.unsynced() == ["nodes", "namespaces", "resourcequotas", "pods"]

@@ -13,6 +13,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,23 @@ def test_dry_run_answers_alike_and_reserves_nothing(server: RunningServer) -> No
     conn.request("GET", "/metrics")
     assert 'namespace="foo"' not in conn.getresponse().read().decode()  # nothing counted against foo
     conn.close()
+
+
+def test_idle_and_stalled_connections_do_not_stall_admissions(server: RunningServer) -> None:
+    """More silent connections than threads, and one stuck mid-handshake: a real request is still answered."""
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(12)]
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    stalled.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # the start of a ClientHello, then nothing
+    try:
+        started = time.monotonic()
+        conn = server.connection(timeout=15)
+        status, answer = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="busy"))
+        conn.close()
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        assert time.monotonic() - started < 4.0  # under the API server's 5 s timeout
+    finally:
+        for s in [*silent, stalled]:
+            s.close()
 
 
 def peer_certificate(server: RunningServer) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,10 +81,12 @@ def allocation(gpus: int = 1, node_name: str | None = None, indices: tuple[int, 
 
 
 def quota_decider(gpus: int = 1, namespace: str = "team-a") -> Callable[[Snapshot], Decision]:
-    """A stand-in for admit.validate: the namespace's GPU quota, nothing else."""
+    """A stand-in for admit.validate: the namespace's GPU quota, nothing else. It takes a millisecond,
+    as validation does, so that racing threads really overlap."""
 
     def decide(snapshot: Snapshot) -> Decision:
         used = snapshot.namespace_usage.get(namespace, Usage()).gpus
+        time.sleep(0.001)
         limits = [q.gpus for q in snapshot.quotas.get(namespace, ()) if q.gpus is not None]
         if limits and used + gpus > min(limits):
             return Decision(
@@ -183,7 +186,7 @@ class FakeConfigMaps:
 def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() -> None:
     api = FakeConfigMaps()
     replicas = [
-        LiveSource(cluster_cache(used=3), Ledger(ApiStore(api, "gpu-admission")), settle_seconds=60.0) for _ in range(2)
+        LiveSource(cluster_cache(used=3), Ledger(ApiStore(api, "gpu-admission")), keep_seconds=210.0) for _ in range(2)
     ]
     admitted = race(lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(), dry_run=False))
     assert len(admitted) == 5
@@ -217,7 +220,10 @@ def test_a_reservation_expires_after_its_ttl_when_the_pod_never_appears() -> Non
     for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
         cache.heard(kind)
     assert not source.commit("pod-b", "team-a", quota_decider(), dry_run=False).allowed
-    now[0] = 1120.0  # pod-a was refused by someone else and never created: its GPU is free again
+    now[0] = 1120.0
+    # The pod watch last heard from the server at 1119: pod-a might still be on its way.
+    assert source.snapshot().namespace_usage["team-a"].gpus == 8
+    cache.heard("pods")  # now it has heard at 1120: pod-a was refused elsewhere and never created
     assert source.snapshot().namespace_usage["team-a"].gpus == 7
     assert source.commit("pod-b", "team-a", quota_decider(), dry_run=False).allowed
     assert [e.uid for e in source.ledger.active()] == ["pod-b"]
@@ -244,7 +250,8 @@ def test_the_watch_seeing_the_pod_ends_its_reservation_without_double_counting()
     assert source.snapshot().namespace_usage["team-a"].gpus == 8
     cache.apply("pods", "ADDED", running("new-0", 2, node_name=None))
     assert source.snapshot().namespace_usage["team-a"].gpus == 8  # counted once, by the watch
-    assert source.prunable("uid-new-0") and source.prune() == 1 and source.ledger.store.known() == ()
+    assert source.droppable(source.ledger.store.known()[0])
+    assert source.prune() == 1 and source.ledger.store.known() == ()
     cache.apply("pods", "DELETED", running("new-0", 2, node_name=None))
     assert source.snapshot().namespace_usage["team-a"].gpus == 6
     assert source.commit("uid-new-1", "team-a", quota_decider(2), dry_run=False).allowed
@@ -311,3 +318,104 @@ def test_an_unsynced_cache_is_not_ready_and_refuses() -> None:
     )
     decision = source.commit("pod-a", "team-a", quota_decider(), dry_run=False)
     assert (decision.allowed, decision.code, decision.reason) == (False, 503, "not-synced")
+
+
+def test_fifty_mutated_pods_validated_concurrently_fill_the_demo_quota_exactly() -> None:
+    import jsonpatch
+
+    from webhook.cluster.files import demo_objects
+    from webhook.core.admit import mutate, validate
+
+    cache = ClusterCache(clock=lambda: 0.0)
+    objects = demo_objects()
+    kinds = {
+        "Node": "nodes",
+        "GPUInventory": "gpuinventories",
+        "Namespace": "namespaces",
+        "ResourceQuota": "resourcequotas",
+        "Pod": "pods",
+    }
+    for kind, plural in kinds.items():
+        cache.replace(plural, [o for o in objects if o["kind"] == kind])
+        cache.heard(plural)
+    source = LiveSource(cache)
+    policy = Policy()
+    # team-a: 8 GPUs and 600000 MiB allowed, 5 GPUs and 334236 MiB in use: room for 3 whole H100s.
+    assert source.snapshot().namespace_usage["team-a"] == Usage(5, 334236, 430)
+
+    def mutated(i: int) -> dict[str, Any]:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"train-{i}", "namespace": "team-a"},
+            "spec": {
+                "containers": [{"name": "main", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        }
+        planned = mutate(pod, source.snapshot(), policy)
+        assert planned.allowed, planned.message
+        final: dict[str, Any] = jsonpatch.apply_patch(pod, list(planned.patch))
+        final["metadata"]["uid"] = f"uid-train-{i}"
+        return final
+
+    # Every pod passed the mutating webhook before any was validated: the validations race.
+    pods = [mutated(i) for i in range(50)]
+
+    def admit(i: int) -> Decision:
+        return source.commit(f"uid-train-{i}", "team-a", lambda snap: validate(pods[i], snap, policy), dry_run=False)
+
+    admitted = race(admit)
+    assert len(admitted) == 3
+    assert source.snapshot().namespace_usage["team-a"].gpus == 8
+    late = source.commit("uid-train-0", "team-a", lambda snap: validate(pods[0], snap, policy), dry_run=True)
+    assert late.allowed is (0 in admitted)
+
+
+def test_an_unreachable_shared_ledger_refuses_with_503() -> None:
+    class Down(FakeConfigMaps):
+        def read_namespaced_config_map(self, name: str, namespace: str) -> V1ConfigMap:
+            raise ApiException(status=500, reason="Internal Server Error")
+
+    source = LiveSource(cluster_cache(used=0), Ledger(ApiStore(Down(), "gpu-admission")))
+    decision = source.commit("pod-a", "team-a", quota_decider(), dry_run=False)
+    assert (decision.allowed, decision.code, decision.reason) == (False, 503, "reservation-failed")
+    assert decision.message == (
+        "GPU admission could not record the pod's reservation (cannot read ConfigMap "
+        "gpu-admission/gpu-admission-ledger-team-a: HTTP 500 Internal Server Error); retry"
+    )
+
+
+def test_a_silent_pod_watch_keeps_reservations_past_their_ttl() -> None:
+    now = [0.0]
+    cache = cluster_cache(used=7, clock=lambda: now[0])
+    source = LiveSource(cache, Ledger(ttl_seconds=120.0, clock=lambda: now[0]), keep_seconds=0.0)
+    assert source.commit("pod-a", "team-a", quota_decider(), dry_run=False).allowed
+    now[0] = 150.0  # every watch silent since 0: the pod may exist without the cache knowing
+    assert source.snapshot().namespace_usage["team-a"].gpus == 8
+    assert source.prune() == 0
+    decision = source.commit("pod-b", "team-a", quota_decider(), dry_run=False)
+    assert (decision.allowed, decision.message) == (False, "quota exceeded: used 8, asked 1, limit 8")
+    cache.heard("pods")
+    assert source.snapshot().namespace_usage["team-a"].gpus == 7
+    assert source.prune() == 1 and source.ledger.store.known() == ()
+
+
+def test_the_shared_store_keeps_finished_entries_until_every_replica_can_have_seen_them() -> None:
+    now = [0.0]
+    api = FakeConfigMaps(conflict_rate=0.0)
+    cache = cluster_cache(used=0, clock=lambda: now[0])
+    source = LiveSource(cache, Ledger(ApiStore(api, "gpu-admission"), clock=lambda: now[0]), keep_seconds=210.0)
+    assert source.commit("uid-new-0", "team-a", quota_decider(2), dry_run=False).allowed
+    assert source.commit("uid-gone", "team-a", quota_decider(1), dry_run=False).allowed
+    now[0] = 10.0
+    cache.apply("pods", "ADDED", running("new-0", 2, node_name=None))
+    for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
+        cache.heard(kind)
+    assert source.snapshot().namespace_usage["team-a"].gpus == 3
+    assert source.prune() == 0 and api.uids() == ["uid-gone", "uid-new-0"]
+    now[0] = 220.0
+    cache.heard("pods")
+    assert source.prune() == 1 and api.uids() == ["uid-gone"]  # seen 210 s ago
+    now[0] = 330.0
+    cache.heard("pods")
+    assert source.prune() == 1 and api.uids() == []  # expired at 120, plus 210

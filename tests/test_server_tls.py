@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from server_support import client_certificate
 
 from webhook import certs
-from webhook.server.tls import ReloadingContext, TlsFiles, build_context
+from webhook.server.tls import ReloadingContext, ServerContext, TlsFiles, build_context
 
 HOST = "gpu-admission.gpu-admission.svc"
 
@@ -130,3 +132,16 @@ def test_gunicorn_hook_signature(pair: certs.CertificatePaths) -> None:
     factory_called: list[Any] = []
     context = reloading.gunicorn_hook(object(), lambda: factory_called.append(1))  # type: ignore[arg-type,func-returns-value]
     assert isinstance(context, ssl.SSLContext) and factory_called == []
+
+
+def test_a_stalled_handshake_times_out(pair: certs.CertificatePaths) -> None:
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
+    assert isinstance(context, ServerContext) and context.handshake_timeout == 3.0
+    context.handshake_timeout = 0.2
+    server_end, client_end = socket.socketpair()
+    with server_end, client_end:
+        client_end.sendall(b"\x16\x03\x01\x02\x00")  # a ClientHello that never finishes
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            context.wrap_socket(server_end, server_side=True)
+        assert time.monotonic() - started < 2.0

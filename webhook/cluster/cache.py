@@ -15,9 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.model import GpuUsage, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.model import Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.resources import is_gpu_pod
+from webhook.core.vendors import ALLOCATION
 
-from .translate import PodUsage, _host_only, _place, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
+from .podrecords import PodRecord, meta_of, node_usage, pod_key
+from .translate import _host_only, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
 
 log = logging.getLogger(__name__)
 
@@ -25,34 +28,6 @@ KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods")
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
 
 Inventory = tuple[Any, Any, Any]
-IDLE = NodeUsage()
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def pod_key(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
-
-
-class _Pod:
-    """What is kept of one pod: its GPU usage (None: holds no GPU) or host-only usage."""
-
-    __slots__ = ("seq", "seen_gen", "seen_at", "use", "node", "namespace", "cpu", "memory", "taken")
-
-    def __init__(self, seq: int, seen_gen: int, seen_at: float) -> None:
-        self.seq = seq
-        self.seen_gen = seen_gen
-        self.seen_at = seen_at
-        self.use: PodUsage | None = None
-        self.node: str | None = None
-        self.namespace = ""
-        self.cpu = 0
-        self.memory = 0
-        self.taken = Usage()  # what it counts against its namespace's quotas
 
 
 class ClusterCache:
@@ -71,13 +46,15 @@ class ClusterCache:
         self._inventory: dict[str, Inventory] = {}
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, NodeUsage] = {}
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, PodRecord] = {}
         self._by_node: dict[str, set[str]] = {}
         self._tombstones: dict[str, tuple[int, float]] = {}
         self._swept = clock()
         self._namespaces: dict[str, Namespace] = {}
         self._quotas: dict[str, dict[str, QuotaLimits]] = {}
         self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
+        self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
+        self._first_lists = 0
         # what changed since the last published snapshot
         self._published: Snapshot | None = None
         self._dirty_nodes = True
@@ -88,11 +65,28 @@ class ClusterCache:
 
     def replace(self, kind: str, items: Iterable[Mapping[str, Any]]) -> None:
         keep: set[str] = set()
-        for obj in items:
+        # Before the first list nothing reads the cache: add node usage up once, after the first lists.
+        first = kind not in self._listed
+        if first:
             with self._lock:
-                keep.add(self._key(kind, obj))
-                self._upsert(kind, obj)
-                self._gen += 1
+                self._first_lists += 1
+                if self._deferred is None:
+                    self._deferred = set()
+        try:
+            for obj in items:
+                with self._lock:
+                    keep.add(self._key(kind, obj))
+                    self._upsert(kind, obj)
+                    self._gen += 1
+        finally:
+            if first:
+                with self._lock:
+                    self._first_lists -= 1
+                    if self._first_lists == 0:
+                        deferred, self._deferred = self._deferred, None
+                        for name in deferred or ():
+                            if name in self._nodes:
+                                self._recompute_usage(name)
         with self._lock:
             for key in [k for k in self._keys(kind) if k not in keep]:
                 self._delete(kind, key)
@@ -146,10 +140,11 @@ class ClusterCache:
     def unsynced(self) -> list[str]:
         return [kind for kind in KINDS if kind not in self._listed]
 
-    def silence(self) -> float:
-        """Seconds since the most silent watch last heard from the server (inf before the first list)."""
+    def silence(self, kind: str | None = None) -> float:
+        """Seconds since the most silent watch (or the one of `kind`) last heard from the server
+        (inf before its first list)."""
         now = self.clock()
-        return max((now - self._heard[k] if k in self._heard else float("inf")) for k in KINDS)
+        return max((now - self._heard[k] if k in self._heard else float("inf")) for k in ([kind] if kind else KINDS))
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -165,8 +160,8 @@ class ClusterCache:
         if kind == "pods":
             return pod_key(obj)
         if kind == "resourcequotas":
-            return f"{_meta(obj).get('namespace') or 'default'}/{_meta(obj).get('name', '')}"
-        return str(_meta(obj).get("name", ""))
+            return f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name', '')}"
+        return str(meta_of(obj).get("name", ""))
 
     def _keys(self, kind: str) -> list[str]:
         if kind == "pods":
@@ -181,13 +176,13 @@ class ClusterCache:
 
     def _bad(self, kind: str, obj: Mapping[str, Any], error: Exception) -> None:
         self.errors += 1
-        log.warning("%s %s: %s (ignored)", kind, _meta(obj).get("name", "?"), error)
+        log.warning("%s %s: %s (ignored)", kind, meta_of(obj).get("name", "?"), error)
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "pods":
             self._upsert_pod(obj)
             return
-        name = str(_meta(obj).get("name", ""))
+        name = str(meta_of(obj).get("name", ""))
         if kind == "nodes":
             try:
                 self._base[name] = node_of(obj)
@@ -213,7 +208,7 @@ class ClusterCache:
                 self._namespaces[name] = namespace
                 self._dirty.add("namespaces")
         elif kind == "resourcequotas":
-            ns = str(_meta(obj).get("namespace") or "default")
+            ns = str(meta_of(obj).get("namespace") or "default")
             try:
                 quota: QuotaLimits | None = quotas_of(obj)
             except ValueError as error:
@@ -281,7 +276,10 @@ class ClusterCache:
     def _upsert_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
         try:
-            use = pod_usage_of(obj)
+            # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
+            annotations = meta_of(obj).get("annotations")
+            gpu_like = is_gpu_pod(obj) or (isinstance(annotations, Mapping) and ALLOCATION in annotations)
+            use = pod_usage_of(obj) if gpu_like else None
             host = _host_only(obj) if use is None else (None, 0, 0)
         except ValueError as error:
             self._bad("pods", obj, error)
@@ -293,7 +291,7 @@ class ClusterCache:
         if pod is None:
             self._seq += 1
             stone = self._tombstones.pop(key, None)
-            pod = _Pod(self._seq, stone[0] if stone else self._gen + 1, stone[1] if stone else self.clock())
+            pod = PodRecord(self._seq, stone[0] if stone else self._gen + 1, stone[1] if stone else self.clock())
             self._pods[key] = pod
         else:
             self._unplace(key, pod)
@@ -306,7 +304,7 @@ class ClusterCache:
         if pod.node is not None and pod.node in self._nodes:
             self._recompute_usage(pod.node)
 
-    def _unplace(self, key: str, pod: _Pod) -> None:
+    def _unplace(self, key: str, pod: PodRecord) -> None:
         self._count(pod, -1)
         if pod.node is not None:
             on_node = self._by_node.get(pod.node)
@@ -317,7 +315,7 @@ class ClusterCache:
             if pod.node in self._nodes:
                 self._recompute_usage(pod.node)
 
-    def _taken(self, pod: _Pod) -> Usage:
+    def _taken(self, pod: PodRecord) -> Usage:
         use = pod.use
         if use is None:
             return Usage()
@@ -325,7 +323,7 @@ class ClusterCache:
         card = node.gpus[0].memory_mib if node is not None and node.gpus else 0
         return Usage(use.count, use.memory_on(card) * use.count, use.cores * use.count)
 
-    def _count(self, pod: _Pod, sign: int) -> None:
+    def _count(self, pod: PodRecord, sign: int) -> None:
         if pod.use is None:
             return
         entry = self._ns_usage.setdefault(pod.namespace, [Usage(), 0])
@@ -337,18 +335,10 @@ class ClusterCache:
 
     def _recompute_usage(self, name: str) -> None:
         """A node's usage from its pods, exactly as `build_snapshot` adds them up."""
-        node = self._nodes[name]
-        pods = sorted((self._pods[uid] for uid in self._by_node.get(name, ())), key=lambda p: p.seq)
-        pods.sort(key=lambda p: p.use is None or p.use.gpus is None)
-        gpus: list[GpuUsage] = [GpuUsage()] * len(node.gpus)
-        cpu = memory = tasks = 0
-        for pod in pods:
-            if pod.use is not None:
-                _place(node, gpus, pod.use)
-                tasks += 1
-            cpu += pod.cpu
-            memory += pod.memory
-        usage = NodeUsage(tuple(gpus), cpu, memory, tasks)
+        if self._deferred is not None:
+            self._deferred.add(name)
+            return
+        usage = node_usage(self._nodes[name], [self._pods[uid] for uid in self._by_node.get(name, ())])
         if self._usage.get(name) != usage:
             self._usage[name] = usage
             self._dirty_usage.add(name)
@@ -369,7 +359,7 @@ class ClusterCache:
         cache: dict[str, Any] = {}
         if previous is None or self._dirty_nodes:
             nodes: Mapping[str, Node] = dict(self._nodes)
-            usage: Mapping[str, NodeUsage] = {n: self._usage.get(n, IDLE) for n in self._nodes}
+            usage: Mapping[str, NodeUsage] = dict(self._usage)  # one entry per node, kept in step
         else:
             nodes = previous.nodes
             if self._dirty_usage:

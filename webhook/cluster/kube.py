@@ -8,6 +8,7 @@ the bytes the API server sent, the same shape as the recorded streams in the tes
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -29,13 +30,21 @@ PAGE_SIZE = 500
 class KubeLister:
     """list_fn / stream_fn over a kubernetes `ApiClient` (see `watch.Reflector`)."""
 
-    def __init__(self, api_client: Any, *, page_size: int = PAGE_SIZE, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        page_size: int = PAGE_SIZE,
+        request_timeout: float = 30.0,
+        absent_recheck: float = 30.0,
+    ) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.page_size = page_size
         self.request_timeout = request_timeout
+        self.absent_recheck = absent_recheck  # seconds between looks for a GPUInventory CRD that is missing
 
     def _call(self, kind: str) -> Callable[..., Any]:
         if kind == "nodes":
@@ -69,7 +78,13 @@ class KubeLister:
             }
             if token:
                 kwargs["_continue"] = token
-            response = call(**kwargs)
+            try:
+                response = call(**kwargs)
+            except Exception as error:
+                if kind == INVENTORY_PLURAL and getattr(error, "status", None) == 404:
+                    yield {"metadata": {"resourceVersion": ""}, "items": []}  # no CRD: no inventories
+                    return
+                raise
             page = json.loads(response.data)
             for item in page.get("items") or ():
                 item.setdefault("apiVersion", api_version)
@@ -83,6 +98,12 @@ class KubeLister:
         """Watch events from `resource_version`, with bookmarks, until the server ends the stream."""
         from kubernetes.watch.watch import iter_resp_lines
 
+        from .watch import Gone
+
+        if kind == INVENTORY_PLURAL and not resource_version:
+            # The CRD was not installed when we listed: wait a watch's length, then list again.
+            time.sleep(min(timeout, self.absent_recheck))
+            raise Gone("the GPUInventory CRD is not installed")
         call = self._call(kind)
         response = call(
             watch=True,

@@ -97,7 +97,11 @@ class InProcessStore:
             return tuple(entry for entries in self._entries.values() for entry in entries)
 
 
-class ReservationConflict(Exception):
+class ReservationStoreError(Exception):
+    """The shared ledger could not be read or written; the admission cannot be recorded."""
+
+
+class ReservationConflict(ReservationStoreError):
     """The shared ledger object kept changing under us; the admission cannot be recorded."""
 
 
@@ -148,7 +152,7 @@ class ApiStore:
             stored = self._stored.get(namespace)
             for _ in range(self.max_attempts):
                 if stored is None:
-                    stored = self._read(namespace)
+                    stored = self._guarded("read", namespace, self._read, namespace)
                 new, result = change(stored.entries)
                 if new is None:
                     return result
@@ -156,7 +160,9 @@ class ApiStore:
                     version = self._write(namespace, stored.resource_version, new)
                 except Exception as error:
                     if status_code(error) != 409:
-                        raise
+                        raise ReservationStoreError(
+                            f"cannot write {self._where(namespace)}: {_brief(error)}"
+                        ) from error
                     self.conflicts += 1
                     stored = None  # someone else wrote: read again and decide again
                     continue
@@ -165,6 +171,15 @@ class ApiStore:
         raise ReservationConflict(
             f"the reservation ledger of namespace {namespace} kept changing ({self.max_attempts} tries)"
         )
+
+    def _where(self, namespace: str) -> str:
+        return f"ConfigMap {self.namespace}/{self.name_of(namespace)}"
+
+    def _guarded(self, verb: str, namespace: str, call: Callable[[str], _Stored], *args: str) -> _Stored:
+        try:
+            return call(*args)
+        except Exception as error:
+            raise ReservationStoreError(f"cannot {verb} {self._where(namespace)}: {_brief(error)}") from error
 
     def _remember(self, namespace: str, stored: _Stored) -> None:
         with self._guard:
@@ -214,11 +229,20 @@ class ApiStore:
         return str(replaced.metadata.resource_version)
 
 
+def _brief(error: BaseException) -> str:
+    code = status_code(error)
+    if code is not None:
+        return f"HTTP {code} {getattr(error, 'reason', '') or ''}".rstrip()
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
 class Ledger:
     """Records admitted pods in a store and says which reservations still count.
 
-    `prunable(uid)` tells whether an entry can be dropped from the store for good because the pod was
-    seen by the watch (long enough ago that every replica's cache has it too).
+    An entry counts until it expires; `horizon` is the time up to which expiry may be judged (the
+    caller passes when its pod watch last heard from the server, so that a reservation never lapses
+    while the watch could not have shown the pod). `droppable(entry)` says when an entry may be
+    deleted from the store for good, which for a shared store must wait until every replica agrees.
     """
 
     def __init__(
@@ -232,10 +256,10 @@ class Ledger:
         self.ttl_seconds = ttl_seconds
         self.clock = clock
 
-    def active(self) -> Entries:
-        """Unexpired entries this process knows of (every namespace)."""
-        now = self.clock()
-        return tuple(e for e in self.store.known() if e.expires_at > now)
+    def active(self, horizon: float | None = None) -> Entries:
+        """Entries this process knows of (every namespace) that have not expired by `horizon` (now)."""
+        limit = self.clock() if horizon is None else horizon
+        return tuple(e for e in self.store.known() if e.expires_at > limit)
 
     def commit(
         self,
@@ -244,7 +268,8 @@ class Ledger:
         decide: Callable[[Entries], Decision],
         dry_run: bool,
         *,
-        prunable: Callable[[str], bool] = lambda uid: False,
+        horizon: Callable[[], float] | None = None,
+        droppable: Callable[[Reservation], bool] = lambda entry: False,
     ) -> Decision:
         """Decide with the namespace's other unexpired entries and, when allowed, record the pod.
 
@@ -254,24 +279,23 @@ class Ledger:
 
         def change(entries: Entries) -> tuple[Entries | None, Decision]:
             now = self.clock()
-            kept = tuple(e for e in entries if e.expires_at > now and not prunable(e.uid))
-            others = tuple(e for e in kept if e.uid != uid)
-            decision = decide(others)
+            limit = now if horizon is None else horizon()
+            others = tuple(e for e in entries if e.uid != uid)
+            decision = decide(tuple(e for e in others if e.expires_at > limit))
             if dry_run or not uid or not decision.allowed or decision.allocation is None:
                 return None, decision
             mine = Reservation(uid, namespace, decision.allocation, now + self.ttl_seconds)
-            return others + (mine,), decision
+            return tuple(e for e in others if not droppable(e)) + (mine,), decision
 
         return self.store.transact(namespace, change)
 
-    def prune(self, prunable: Callable[[str], bool] = lambda uid: False) -> int:
-        """Drop expired and prunable entries from the store; returns how many went."""
+    def prune(self, droppable: Callable[[Reservation], bool]) -> int:
+        """Delete droppable entries from the store; returns how many went."""
         dropped = 0
         for namespace in sorted({e.namespace for e in self.store.known()}):
 
             def change(entries: Entries) -> tuple[Entries | None, int]:
-                now = self.clock()
-                kept = tuple(e for e in entries if e.expires_at > now and not prunable(e.uid))
+                kept = tuple(e for e in entries if not droppable(e))
                 return (kept if len(kept) != len(entries) else None), len(entries) - len(kept)
 
             dropped += self.store.transact(namespace, change)

@@ -15,11 +15,12 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
+from webhook.core.placement import index_of
 from webhook.core.policy import Policy
 from webhook.core.state import add_to_node
 
 from .cache import ClusterCache
-from .reservations import Entries, Ledger, Reservation
+from .reservations import Entries, Ledger, Reservation, ReservationStoreError
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +41,14 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
         if node is not None and entry.allocation.gpus:
             before = changed.get(node.name) or snapshot.usage.get(node.name, NodeUsage())
             changed[node.name] = add_to_node(node, before, entry.allocation)
-    cache: dict[str, Any] = {}
     usage = snapshot.usage
-    index = snapshot.cache.get("index")
+    # The base's index (built once per base snapshot) is carried over: a snapshot per admission must
+    # never build its own from scratch.
+    index = index_of(snapshot)
     if changed:
         usage = {**snapshot.usage, **changed}
-        if index is not None:
-            cache["index"] = index.updated(changed)
-    elif index is not None:
-        cache["index"] = index
-    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache=cache)
+        index = index.updated(changed)
+    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index})
 
 
 class LiveSource:
@@ -57,8 +56,9 @@ class LiveSource:
 
     `policy` is called for each admission (the policy file may be reloaded): its `stale_*` and
     `on_stale` fields say how long a silent cache is trusted and what happens after.
-    `settle_seconds`: how long after the watch saw a pod its reservation may be deleted from the
-    store (0 for one replica; longer than any replica's watch lag for the shared store).
+    `keep_seconds`: how long a finished reservation (expired, or its pod seen by the watch) stays in
+    the store before it is deleted: 0 for one replica; for a shared store, the longest a replica may go
+    on answering from a silent watch (stale after + grace), so no replica loses an entry it still needs.
     """
 
     def __init__(
@@ -67,12 +67,12 @@ class LiveSource:
         ledger: Ledger | None = None,
         policy: Callable[[], Policy] = Policy,
         *,
-        settle_seconds: float = 0.0,
+        keep_seconds: float = 0.0,
     ) -> None:
         self.cache = cache
         self.ledger = ledger or Ledger(clock=cache.clock)
         self.policy = policy
-        self.settle_seconds = settle_seconds
+        self.keep_seconds = keep_seconds
         self._view_lock = threading.Lock()
         self._view: tuple[tuple[int, int], float, Snapshot] | None = None
         self.upkeep: Upkeep | None = None  # the watch and prune threads, when built by build_source
@@ -86,11 +86,11 @@ class LiveSource:
     def snapshot(self) -> Snapshot:
         base, generation = self.cache.view()
         key = (generation, self.ledger.store.version)
-        now = self.ledger.clock()
+        horizon = self.horizon()
         view = self._view
-        if view is not None and view[0] == key and now < view[1]:
+        if view is not None and view[0] == key and horizon < view[1]:
             return view[2]
-        entries = [e for e in self.ledger.active() if not self.cache.counted(e.uid, generation)]
+        entries = [e for e in self.ledger.active(horizon) if not self.cache.counted(e.uid, generation)]
         snapshot = with_reservations(base, entries)
         valid_until = min((e.expires_at for e in entries), default=float("inf"))
         with self._view_lock:
@@ -107,7 +107,7 @@ class LiveSource:
         counts = self.cache.counts()
         return True, (
             f"watch cache synced: {counts['nodes']} nodes, {counts['pods']} GPU pods, "
-            f"{len(self.ledger.active())} reservations"
+            f"{len(self.ledger.active(self.horizon()))} reservations"
         )
 
     def age_seconds(self) -> float:
@@ -123,23 +123,42 @@ class LiveSource:
             pending = [e for e in entries if not self.cache.counted(e.uid, generation)]
             others = [
                 e
-                for e in self.ledger.active()
+                for e in self.ledger.active(self.horizon())
                 if e.namespace != namespace and e.uid != uid and not self.cache.counted(e.uid, generation)
             ]
             return decide(with_reservations(base, pending + others))
 
-        return self.ledger.commit(uid, namespace, decide_with, dry_run, prunable=self.prunable)
+        try:
+            return self.ledger.commit(
+                uid, namespace, decide_with, dry_run, horizon=self.horizon, droppable=self.droppable
+            )
+        except ReservationStoreError as error:
+            log.error("admission of pod %s in %s not recorded: %s", uid, namespace, error)
+            return Decision(
+                False,
+                503,
+                f"GPU admission could not record the pod's reservation ({error}); retry",
+                reason="reservation-failed",
+            )
 
     # -- upkeep ---------------------------------------------------------------------------------
 
-    def prunable(self, uid: str) -> bool:
-        """True when the watch saw this pod at least `settle_seconds` ago: its reservation is over."""
-        seen = self.cache.seen_at(uid)
-        return seen is not None and self.cache.clock() - seen >= self.settle_seconds
+    def horizon(self) -> float:
+        """Ledger time up to which reservations may be judged expired: when the pod watch last heard
+        from the server. A pod created before then would have been seen; while the watch is silent,
+        reservations keep counting past their TTL."""
+        return self.ledger.clock() - self.cache.silence("pods")
+
+    def droppable(self, entry: Reservation) -> bool:
+        """True when an entry can leave the store: expired, or its pod seen, `keep_seconds` ago."""
+        if entry.expires_at + self.keep_seconds <= self.horizon():
+            return True
+        seen = self.cache.seen_at(entry.uid)
+        return seen is not None and self.cache.clock() - seen >= self.keep_seconds
 
     def prune(self) -> int:
         """Delete finished reservations from the store (called periodically)."""
-        return self.ledger.prune(self.prunable)
+        return self.ledger.prune(self.droppable)
 
     def _refusal(self, policy: Policy) -> Decision | None:
         if not self.cache.synced():
@@ -163,12 +182,24 @@ class LiveSource:
 
 
 class Upkeep:
-    """Background threads: one reflector per kind, and a periodic prune of finished reservations."""
+    """Background threads: one reflector per kind, and a maintenance loop that builds the placement
+    index of a new snapshot before an admission needs it, deletes finished reservations, and once the
+    cache has synced moves its objects out of the garbage collector's way (`gc.freeze`)."""
 
-    def __init__(self, source: LiveSource, reflectors: Iterable[Any], *, prune_every: float = 15.0) -> None:
+    def __init__(
+        self,
+        source: LiveSource,
+        reflectors: Iterable[Any],
+        *,
+        prune_every: float = 15.0,
+        tick: float = 0.25,
+        freeze_gc: bool = True,
+    ) -> None:
+        self.freeze_gc = freeze_gc
         self.source = source
         self.reflectors = list(reflectors)
         self.prune_every = prune_every
+        self.tick = tick
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -178,9 +209,9 @@ class Upkeep:
             thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.kind}", daemon=True)
             thread.start()
             self.threads.append(thread)
-        pruner = threading.Thread(target=self._prune_loop, name="reservation-prune", daemon=True)
-        pruner.start()
-        self.threads.append(pruner)
+        keeper = threading.Thread(target=self._maintain, name="cache-upkeep", daemon=True)
+        keeper.start()
+        self.threads.append(keeper)
 
     def close(self, timeout: float = 5.0) -> None:
         self.stop.set()
@@ -188,12 +219,26 @@ class Upkeep:
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _prune_loop(self) -> None:
-        while not self.stop.wait(self.prune_every):
+    def _maintain(self) -> None:
+        import gc
+
+        from webhook.core.placement import index_of
+
+        frozen = not self.freeze_gc
+        next_prune = time.monotonic() + self.prune_every
+        while not self.stop.wait(self.tick):
             try:
-                self.source.prune()
-            except Exception as error:  # an API hiccup: the next round retries
-                log.warning("pruning reservations failed: %s", error)
+                if self.source.cache.synced():
+                    index_of(self.source.cache.snapshot())
+                    if not frozen:
+                        gc.collect()
+                        gc.freeze()
+                        frozen = True
+                if time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + self.prune_every
+                    self.source.prune()
+            except Exception as error:  # an API hiccup while pruning: the next round retries
+                log.warning("cache upkeep failed: %s", error)
 
 
 def build_source(
@@ -203,13 +248,14 @@ def build_source(
     in_cluster: bool = False,
     namespace: str = "gpu-admission",
     policy_file: str | None = None,
-    ledger: str | None = None,
+    reservations: str | None = None,
     start: bool = True,
+    freeze_gc: bool = True,
 ) -> LiveSource:
     """A LiveSource watching the cluster (started unless `start` is False).
 
-    `ledger`: "in-process" (one replica, the default) or "configmap" (two or more replicas share
-    ConfigMaps in `namespace`); None reads $GPU_ADMISSION_LEDGER.
+    `reservations`: "memory" (in-process; one replica, the default) or "api" (ConfigMaps in
+    `namespace`, shared by two or more replicas); None reads $GPU_ADMISSION_RESERVATIONS.
     """
     import os
 
@@ -222,27 +268,26 @@ def build_source(
     from .reservations import ApiStore, InProcessStore, ReservationStore
     from .watch import Reflector
 
-    kind = ledger or os.environ.get("GPU_ADMISSION_LEDGER") or "in-process"
-    if kind not in ("in-process", "configmap"):
-        raise UserError(f"ledger must be in-process or configmap, got {kind!r}")
+    kind = reservations or os.environ.get("GPU_ADMISSION_RESERVATIONS") or "memory"
+    if kind not in ("memory", "api"):
+        raise UserError(f"reservations must be memory or api, got {kind!r}")
     api_client = load_api_client(kubeconfig, context, in_cluster_only=in_cluster and kubeconfig is None)
     holder = PolicyHolder(policy_file)
     policy: Policy = holder.get()
     store: ReservationStore
-    if kind == "configmap":
+    if kind == "api":
         from kubernetes import client
 
-        store, settle = ApiStore(client.CoreV1Api(api_client), namespace), policy.stale_after_seconds
+        keep = policy.stale_after_seconds + policy.stale_grace_seconds
+        store = ApiStore(client.CoreV1Api(api_client), namespace)
     else:
-        store, settle = InProcessStore(), 0.0
+        store, keep = InProcessStore(), 0.0
     cache = ClusterCache()
-    source = LiveSource(
-        cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, settle_seconds=settle
-    )
+    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, keep_seconds=keep)
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]
-    source.upkeep = Upkeep(source, reflectors)
+    source.upkeep = Upkeep(source, reflectors, freeze_gc=freeze_gc)
     if start:
         source.upkeep.start()
     return source

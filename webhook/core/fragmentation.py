@@ -1,18 +1,22 @@
 """GPU fragmentation of a node against a workload mix: what the "fragmentation" placement policy minimises.
 
-A node's fragmentation for one kind of task is the free GPU capacity on it that such a task cannot use:
-all of it when the task cannot be hosted there at all (model, CPU, memory or too few GPUs with room),
-otherwise the free capacity of the GPUs too full for the task. The node's fragmentation is the expected
-value over the workload mix (Weng et al., "Beware of Fragmentation", USENIX ATC 2023). Placing a pod
-where that expectation grows least keeps the cluster able to host what is likely to come next.
+The paper's measure (Weng et al., "Beware of Fragmentation", USENIX ATC 2023): a node's fragmentation
+for one kind of task is the free GPU capacity that such a task cannot use - all of it when the task
+cannot be hosted there at all, otherwise the free capacity of the GPUs too full for it - and the node's
+fragmentation is its expected value over the workload mix. Placing each pod where that expectation
+grows least (FGD) keeps the cluster able to host what is likely to come next.
 
-Two refinements over the paper's measure:
-- the mix is weighted by the GPU capacity each kind of task asks for, not by task count alone, so that
-  the rare large tasks (8 GPUs) that need a whole empty node weigh as much as the capacity they bring;
-- ties are broken towards the node whose free capacity would be smallest after placement (best fit), so
-  that empty nodes stay empty for the tasks that need them.
+This module's measure refines it in three ways:
+- "cannot use" is counted as if the node were filled with that kind of task alone: the free capacity
+  left over once as many such tasks as fit are placed (GPU share, CPU and memory all limit how many).
+  A node whose CPU would run out before its GPUs do is fragmented in proportion, not only once its CPU
+  is already gone, and a card's share that no whole number of such tasks fills counts too;
+- kinds of task that only a few nodes can host weigh more on those nodes (`learn_mix` with the nodes),
+  so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on small tasks;
+- equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
 
-Everything is memoised per (node shape, free-capacity vector, mix); states repeat heavily in a cluster.
+Everything is memoised per (GPU model, free-capacity vector, CPU and memory left, mix): in a cluster the
+same states recur constantly, so a decision costs a few dictionary lookups per class of nodes.
 """
 
 from __future__ import annotations
@@ -30,9 +34,6 @@ MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
-# Weigh each kind of task by the GPU capacity it asks for (count x GPUs x share), not by count alone.
-WEIGHT_BY_CAPACITY = False
-FILL = True
 # Shapes kept when learning a mix: the most frequent ones covering this share of the weight.
 MIX_COVERAGE = 0.99
 MIX_MAX_SHAPES = 48
@@ -54,6 +55,11 @@ class _Mix:
 
 # Compiled mixes by the identity of the tuple passed in (the tuple is held, so its id stays unique).
 _BY_IDENTITY: dict[int, tuple[tuple[WorkloadShape, ...], _Mix]] = {}
+# Fragmentation by (node identity, usage, compiled mix identity, paper?); the nodes and mixes are held in
+# `_HELD` so that their ids stay unique while an entry refers to them. Both are dropped together when full.
+_VALUES: dict[tuple[int, NodeUsage, int, bool], tuple[float, int]] = {}
+_HELD: dict[int, object] = {}
+_VALUES_LIMIT = 1 << 18
 
 Observed = PodRequest | tuple[int, int]
 
@@ -189,22 +195,43 @@ def _state(node: Node, usage: NodeUsage) -> _State:
     return free, cpu, memory
 
 
-def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, ...]) -> float:
-    """Expected free GPU capacity on the node (GPU units) that a task drawn from the mix cannot use."""
-    return _fragmentation(node.gpu_model.lower(), _state(node, usage), _compiled(mix))
+def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, ...], *, paper: bool = False) -> float:
+    """Expected free GPU capacity on the node (GPU units) that a task drawn from the mix cannot use.
+
+    `paper`: the ATC'23 paper's measure instead of this module's refinement.
+    """
+    return _value(node, usage, _compiled(mix), paper)[0]
 
 
-def fragmentation_delta(node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...]) -> float:
+def fragmentation_delta(
+    node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...], *, paper: bool = False
+) -> float:
     """How much the node's expected fragmentation grows from `before` to `after` (GPU units; lower is better).
 
     Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.
     """
     compiled = _compiled(mix)
-    model = node.gpu_model.lower()
-    state_after = _state(node, after)
-    was = _fragmentation(model, _state(node, before), compiled)
-    grown = _fragmentation(model, state_after, compiled) - was
-    return grown + TIE_BREAK * sum(state_after[0]) / MILLI
+    was, _ = _value(node, before, compiled, paper)
+    now, free = _value(node, after, compiled, paper)
+    return now - was + TIE_BREAK * free / MILLI
+
+
+def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float, int]:
+    """(fragmentation, free thousandths) of the node in this state."""
+    key = (id(node), usage, id(mix), paper)
+    found = _VALUES.get(key)
+    if found is not None and _HELD.get(key[0]) is node:
+        return found
+    measure = _paper_fragmentation if paper else _fragmentation
+    state = _state(node, usage)
+    value = (measure(node.gpu_model.lower(), state, mix), sum(state[0]))
+    if len(_VALUES) >= _VALUES_LIMIT:
+        _VALUES.clear()
+        _HELD.clear()
+    _HELD[id(node)] = node
+    _HELD[id(mix)] = mix
+    _VALUES[key] = value
+    return value
 
 
 def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
@@ -220,50 +247,63 @@ def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
 
 @lru_cache(maxsize=64)
 def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
-    """Normalised kinds, each weighted by count x the GPU capacity it asks for."""
-    raw = [(s, min(s.milli, MILLI)) for s in mix if s.gpus > 0 and s.milli > 0 and s.weight > 0]
-    weights = [s.weight * s.gpus * milli / MILLI if WEIGHT_BY_CAPACITY else s.weight for s, milli in raw]
-    total = sum(weights)
+    """The kinds of task that use GPUs, with weights normalised to sum to 1."""
+    kept = [s for s in mix if s.gpus > 0 and s.milli > 0 and s.weight > 0]
+    total = sum(s.weight for s in kept)
     return _Mix(
         tuple(
-            (s.gpus, milli, w / total, s.cpu_milli, s.memory_mib, tuple(m.lower() for m in s.models))
-            for (s, milli), w in zip(raw, weights, strict=True)
+            (
+                s.gpus,
+                min(s.milli, MILLI),
+                s.weight / total,
+                s.cpu_milli,
+                s.memory_mib,
+                tuple(m.lower() for m in s.models),
+            )
+            for s in kept
         )
     )
 
 
 @lru_cache(maxsize=1 << 18)
 def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
+    """Expected free thousandths left over when the node is filled with one kind of task from the mix."""
+    free, cpu, memory = state
+    total = sum(free)
+    if total == 0:
+        return 0.0
+    expected = 0.0
+    slots: dict[tuple[int, int], int] = {}  # (gpus, milli) -> tasks the cards alone could take
+    for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
+        if models and not any(m in model for m in models):
+            expected += weight * total
+            continue
+        tasks = slots.get((gpus, milli))
+        if tasks is None:
+            # Single-GPU tasks can share a card; multi-GPU tasks take one slot on each of `gpus` cards.
+            tasks = sum(f // milli for f in free) if gpus == 1 else sum(1 for f in free if f >= milli) // gpus
+            slots[(gpus, milli)] = tasks
+        if cpu_need and tasks:
+            tasks = min(tasks, cpu // cpu_need)
+        if memory_need and tasks:
+            tasks = min(tasks, memory // memory_need)
+        expected += weight * (total - tasks * gpus * milli)
+    return expected / MILLI
+
+
+@lru_cache(maxsize=1 << 16)
+def _paper_fragmentation(model: str, state: _State, mix: _Mix) -> float:
+    """The paper's measure: all free capacity for a kind the node cannot host now, else the too-full cards'."""
     free, cpu, memory = state
     total = sum(free)
     if total == 0:
         return 0.0
     expected = 0.0
     for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
-        if models and not any(m in model for m in models):
+        hostable = not models or any(m in model for m in models)
+        if not hostable or cpu < cpu_need or memory < memory_need:
             expected += weight * total
             continue
-        if FILL:
-            # How many such tasks the node could still take, were it filled with them alone.
-            if gpus == 1:
-                tasks = sum(f // milli for f in free)
-            else:
-                tasks = sum(1 for f in free if f >= milli) // gpus
-            if cpu_need:
-                tasks = min(tasks, cpu // cpu_need)
-            if memory_need:
-                tasks = min(tasks, memory // memory_need)
-            expected += weight * (total - tasks * gpus * milli)
-            continue
-        if cpu < cpu_need or memory < memory_need:
-            expected += weight * total
-            continue
-        fitting = 0
-        stranded = 0
-        for f in free:
-            if f >= milli:
-                fitting += 1
-            else:
-                stranded += f
-        expected += weight * (total if fitting < gpus else stranded)
+        fitting = sum(1 for f in free if f >= milli)
+        expected += weight * (total if fitting < gpus else sum(f for f in free if f < milli))
     return expected / MILLI

@@ -20,6 +20,7 @@ from .review import MAX_BODY_BYTES
 from .source import SnapshotSource
 
 EXTENSION = "gpu_admission"
+DRAIN_LIMIT = 4 * MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,24 @@ def probes_blueprint() -> Blueprint:
 
 def _admit(endpoint: str) -> Response:
     length = request.content_length
-    # An oversized body is refused unread; otherwise read at most one byte past the limit.
-    body = b"" if length is not None and length > MAX_BODY_BYTES else request.stream.read(MAX_BODY_BYTES + 1)
+    if length is not None and length > MAX_BODY_BYTES:
+        _discard_body(length)
+        body = b""  # refused on its declared length, never parsed
+    else:
+        body = request.stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
     return _json(handler_of(current_app).handle(endpoint, request.content_type, body, length))
+
+
+def _discard_body(length: int) -> None:
+    """Read a moderately oversized body so that the client, still sending, gets the 413 cleanly.
+
+    Beyond DRAIN_LIMIT nothing is read and the connection is closed after the answer instead.
+    """
+    if length > DRAIN_LIMIT:
+        return
+    stream = request.stream
+    while stream.read(65536):
+        pass
 
 
 def _json(answer: Answer) -> Response:

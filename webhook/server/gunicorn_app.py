@@ -19,6 +19,7 @@ from .logs import JsonFormatter
 from .tls import ReloadingContext, TlsFiles
 
 OPTIONAL_SETTINGS = frozenset({"control_socket_disable"})
+FIRST_DATA_SECONDS = 1.0
 KEEPALIVE_SECONDS = 75  # longer than the API server's idle connection reuse, so connections stay warm
 
 
@@ -112,7 +113,17 @@ class AdmissionServer(BaseApplication):  # type: ignore[misc]
         return self._app_factory()
 
 
+def _shorten_first_data_wait(seconds: float) -> None:
+    """gunicorn's gthread worker holds a thread up to 5 s for a new connection's first bytes before
+    parking it in the poller; idle connections could so stall every thread. A shorter wait bounds that."""
+    from gunicorn.workers import gthread  # type: ignore[import-untyped]
+
+    if isinstance(getattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT", None), (int, float)):
+        gthread.DEFAULT_WORKER_DATA_TIMEOUT = min(gthread.DEFAULT_WORKER_DATA_TIMEOUT, seconds)
+
+
 def serve_forever(app_factory: Callable[[], Any], options: GunicornOptions, tls_files: TlsFiles | None) -> None:
     """Run until SIGTERM/SIGINT; gunicorn owns the process from here."""
     tls = ReloadingContext(tls_files) if tls_files is not None else None
+    _shorten_first_data_wait(FIRST_DATA_SECONDS)
     AdmissionServer(app_factory, gunicorn_settings(options, tls)).run()

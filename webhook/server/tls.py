@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("webhook.server.tls")
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 # Forward-secret AEAD suites only for TLS 1.2 (TLS 1.3 suites are fixed by OpenSSL and all strong).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+HANDSHAKE_TIMEOUT = 3.0  # seconds; the API server completes a handshake in milliseconds
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,23 @@ class TlsFiles:
     min_version: str = "1.2"
 
 
+class ServerContext(ssl.SSLContext):
+    """A server context whose handshakes time out: a client that connects and stalls mid-handshake
+    would otherwise hold one of the worker's threads for as long as it likes."""
+
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+
+    def wrap_socket(self, sock: socket.socket, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        if sock.gettimeout() is None:
+            sock.settimeout(self.handshake_timeout)  # also bounds the reads of the first request
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
 def build_context(files: TlsFiles) -> ssl.SSLContext:
     """A server context: TLS 1.2+ (or 1.3+), strong ciphers, optional client-certificate verification."""
     if files.min_version not in TLS_VERSIONS:
         raise ValueError(f"unsupported minimum TLS version {files.min_version!r}: expected 1.2 or 1.3")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context = ServerContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = TLS_VERSIONS[files.min_version]
     context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE

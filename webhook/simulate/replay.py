@@ -19,9 +19,8 @@ from ..core.placement import NodeIndex, PlacementContext, commit, place
 from .trace import TracePod, to_request
 
 DEFAULT_TUNE = 1.3
-# After how many arrived pods the learned workload mix is refreshed: often at first, then every 1024.
+# The learned workload mix is refreshed after this many GPU pods, then each time their number doubles.
 LEARN_FIRST = 64
-LEARN_EVERY = 1024
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ def replay(
             seen.append(request)
             if len(seen) >= next_learn:
                 ctx = replace(ctx, workload_mix=learn_mix(seen, nodes))
-                next_learn = next_learn * 2 if next_learn < LEARN_EVERY else next_learn + LEARN_EVERY
+                next_learn *= 2
         best = place(request, index, ctx).best
         if best is None:
             failed += 1

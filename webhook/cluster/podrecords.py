@@ -1,0 +1,53 @@
+"""What the watch cache keeps of each pod, and a node's usage added up from those records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.core.model import GpuUsage, Node, NodeUsage, Usage
+
+from .translate import PodUsage, _place
+
+
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def pod_key(obj: Mapping[str, Any]) -> str:
+    meta = meta_of(obj)
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+
+class PodRecord:
+    """What is kept of one pod: its GPU usage (None: holds no GPU) or host-only usage."""
+
+    __slots__ = ("seq", "seen_gen", "seen_at", "use", "node", "namespace", "cpu", "memory", "taken")
+
+    def __init__(self, seq: int, seen_gen: int, seen_at: float) -> None:
+        self.seq = seq
+        self.seen_gen = seen_gen
+        self.seen_at = seen_at
+        self.use: PodUsage | None = None
+        self.node: str | None = None
+        self.namespace = ""
+        self.cpu = 0
+        self.memory = 0
+        self.taken = Usage()  # what it counts against its namespace's quotas
+
+
+def node_usage(node: Node, pods: Iterable[PodRecord]) -> NodeUsage:
+    """A node's usage from its pods, exactly as `build_snapshot` adds them up: pods with recorded GPU
+    indices first, then the others in the order they were first seen, each on the least-used GPUs."""
+    ordered = sorted(pods, key=lambda p: p.seq)
+    ordered.sort(key=lambda p: p.use is None or p.use.gpus is None)
+    gpus: list[GpuUsage] = [GpuUsage()] * len(node.gpus)
+    cpu = memory = tasks = 0
+    for pod in ordered:
+        if pod.use is not None:
+            _place(node, gpus, pod.use)
+            tasks += 1
+        cpu += pod.cpu
+        memory += pod.memory
+    return NodeUsage(tuple(gpus), cpu, memory, tasks)

@@ -202,6 +202,7 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
     }
     assert reflectors["pods"].lists == 2 and reflectors["nodes"].lists == 1
     assert reflectors["pods"].resource_version == "1050"
+    assert cache.counts() == {"nodes": 3, "pods": 3, "namespaces": 4}
     assert cache.errors == 0
 
 

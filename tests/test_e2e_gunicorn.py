@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 from e2e_server import RunningServer, cli, make_certificates, post_json, running_server
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes_validate.utils import latest_version
 from server_support import FIXTURE_FILES, client_certificate, cluster_objects, fixture_review, gpu_pod_review, with_gpu
 
@@ -109,6 +112,22 @@ def test_bad_requests_over_tls(server: RunningServer) -> None:
     response = conn.getresponse()
     assert (response.status, json.loads(response.read())["code"]) == (413, 413)
     conn.close()
+
+
+@settings(max_examples=40, deadline=timedelta(seconds=5), database=None)
+@given(
+    endpoint=st.sampled_from(["/mutate", "/validate"]),
+    body=st.binary(max_size=512)
+    | st.sampled_from([json.dumps(r).encode()[:n] for r in gpu_fixtures() for n in (50, 900)]),
+)
+def test_fuzzed_bodies_over_tls_get_4xx_or_a_review(server: RunningServer, endpoint: str, body: bytes) -> None:
+    conn = server.connection()
+    try:
+        status, answer = post_json(conn, endpoint, body)
+    finally:
+        conn.close()
+    assert status in (200, 400), (status, answer)
+    assert answer["kind"] == ("AdmissionReview" if status == 200 else "Status")
 
 
 def test_plaintext_is_refused_on_the_admission_port(server: RunningServer) -> None:

@@ -55,6 +55,7 @@ class ClusterCache:
         self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
+        self._gpu_pods = 0
         # what changed since the last published snapshot
         self._published: Snapshot | None = None
         self._dirty_nodes = True
@@ -150,7 +151,7 @@ class ClusterCache:
         with self._lock:
             return {
                 "nodes": len(self._nodes),
-                "pods": sum(1 for p in self._pods.values() if p.use is not None),
+                "pods": self._gpu_pods,
                 "namespaces": len(self._namespaces),
             }
 
@@ -326,6 +327,7 @@ class ClusterCache:
     def _count(self, pod: PodRecord, sign: int) -> None:
         if pod.use is None:
             return
+        self._gpu_pods += sign
         entry = self._ns_usage.setdefault(pod.namespace, [Usage(), 0])
         entry[0] = entry[0] + pod.taken if sign > 0 else entry[0] - pod.taken
         entry[1] += sign

@@ -17,9 +17,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from webhook.core.model import Decision
 from webhook.server.admission import AdmissionCore
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "admissionreview"
-if not FIXTURES.is_dir():  # CI lays shared/ beside the clone
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admissionreview"
+# shared/ lies beside the checkout (as CI lays it beside its clone).
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admissionreview"
 
 FIXTURE_FILES = (
     "pod-create-kubectl-mutating-phase.appscope.json",

@@ -1,0 +1,39 @@
+"""The gunicorn configuration `serve` runs with: threaded worker, keep-alive, TLS through the reloading context."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from webhook import certs
+from webhook.server.gunicorn_app import AdmissionServer, GunicornOptions, JsonLogger, gunicorn_settings
+from webhook.server.tls import ReloadingContext, TlsFiles
+
+
+def test_settings_load_into_gunicorn(tmp_path: Path) -> None:
+    pair = certs.issue_certificates(tmp_path, "gpu-admission", "gpu-admission")
+    tls = ReloadingContext(TlsFiles(str(pair.cert), str(pair.key)))
+    options = GunicornOptions(bind="127.0.0.1:9443", threads=4)
+    server = AdmissionServer(lambda: "the app", gunicorn_settings(options, tls))
+    cfg = server.cfg
+    assert (cfg.worker_class_str, cfg.workers, cfg.threads, cfg.keepalive) == ("gthread", 1, 4, 75)
+    assert cfg.address == [("127.0.0.1", 9443)]
+    assert cfg.is_ssl and cfg.certfile == str(pair.cert) and cfg.keyfile == str(pair.key)
+    assert cfg.ssl_context(cfg, lambda: None) is tls.context()  # every new connection asks the reloading context
+    assert cfg.logger_class is JsonLogger and cfg.accesslog is None
+    assert server.load() == "the app"
+
+
+def test_worker_init_shortens_the_gil_switch_interval() -> None:
+    hook = gunicorn_settings(GunicornOptions(switch_interval=0.002), None)["post_worker_init"]
+    before = sys.getswitchinterval()
+    try:
+        hook(object())
+        assert sys.getswitchinterval() == 0.002
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_plain_settings_without_tls() -> None:
+    settings = gunicorn_settings(GunicornOptions(switch_interval=0), None)
+    assert "certfile" not in settings and "ssl_context" not in settings and "post_worker_init" not in settings

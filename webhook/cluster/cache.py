@@ -20,7 +20,7 @@ from webhook.core.resources import is_gpu_pod
 from webhook.core.vendors import ALLOCATION
 
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
-from .translate import _host_only, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
+from .translate import host_usage_of, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class ClusterCache:
             annotations = meta_of(obj).get("annotations")
             gpu_like = is_gpu_pod(obj) or (isinstance(annotations, Mapping) and ALLOCATION in annotations)
             use = pod_usage_of(obj) if gpu_like else None
-            host = _host_only(obj) if use is None else (None, 0, 0)
+            host = host_usage_of(obj) if use is None else (None, 0, 0)
         except ValueError as error:
             self._bad("pods", obj, error)
             use, host = None, (None, 0, 0)

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.core.model import GpuUsage, Node, NodeUsage, Usage
 
-from .translate import PodUsage, _place
+from .translate import PodUsage, place_usage
 
 
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -46,7 +46,7 @@ def node_usage(node: Node, pods: Iterable[PodRecord]) -> NodeUsage:
     cpu = memory = tasks = 0
     for pod in ordered:
         if pod.use is not None:
-            _place(node, gpus, pod.use)
+            place_usage(node, gpus, pod.use)
             tasks += 1
         cpu += pod.cpu
         memory += pod.memory

@@ -272,7 +272,7 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
     )
 
 
-def _host_only(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:
+def host_usage_of(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:
     """(node, cpu, memory) of a pod that holds no GPU but still occupies its node."""
     if _map(pod.get("status")).get("phase") in TERMINAL_PHASES:
         return None, 0, 0
@@ -283,7 +283,7 @@ def _host_only(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:
     return node, request.cpu_milli, request.memory_mib_host
 
 
-def _place(node: Node, gpus: list[GpuUsage], use: PodUsage) -> None:
+def place_usage(node: Node, gpus: list[GpuUsage], use: PodUsage) -> None:
     """Add a pod's usage to a node's GPUs: the recorded ones, else the least used (deterministic)."""
     positions = {gpu.index: p for p, gpu in enumerate(node.gpus)}
     chosen = [positions[i] for i in use.gpus or () if i in positions]
@@ -346,7 +346,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     uses = [(pod_usage_of(p), p) for p in by_kind["Pod"]]
     for use, pod in sorted(uses, key=_placement_order):
         if use is None:
-            node_name, cpu, memory = _host_only(pod)
+            node_name, cpu, memory = host_usage_of(pod)
             if node_name in host:
                 host[node_name][0] += cpu
                 host[node_name][1] += memory
@@ -354,7 +354,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         card = 0
         if use.node in nodes:
             node = nodes[use.node]
-            _place(node, gpu_use[use.node], use)
+            place_usage(node, gpu_use[use.node], use)
             card = node.gpus[0].memory_mib if node.gpus else 0
             host[use.node][0] += use.cpu_milli
             host[use.node][1] += use.memory_mib_host

@@ -577,16 +577,8 @@ def parse_cli(args: list[str]) -> str | None:
     [
         ("default", "Deployment"),
         ("default", "DaemonSet"),
-        pytest.param(
-            "ha",
-            "Deployment",
-            marks=pytest.mark.xfail(strict=True, reason="serve has no --reservations option yet"),
-        ),
-        pytest.param(
-            "builtin",
-            "Job",
-            marks=pytest.mark.xfail(strict=True, reason="certs has no --secret/--patch-webhook options yet"),
-        ),
+        ("ha", "Deployment"),
+        ("builtin", "Job"),
     ],
 )
 def test_the_cli_accepts_the_chart_arguments(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook import certs
@@ -99,3 +101,57 @@ def test_certificate_expiry_of_a_missing_or_broken_file(tmp_path: Path) -> None:
     assert CertificateExpiry(str(tmp_path / "none.crt"), now=lambda: fixed).seconds_left() is None
     (tmp_path / "bad.crt").write_text("not a certificate")
     assert CertificateExpiry(str(tmp_path / "bad.crt"), now=lambda: fixed).seconds_left() is None
+
+
+class ReadinessOnly:
+    """A source with nothing but `ready()` to say whether it is stale."""
+
+    def __init__(self, ready: tuple[bool, str]) -> None:
+        self._ready = ready
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot()
+
+    def ready(self) -> tuple[bool, str]:
+        return self._ready
+
+    def age_seconds(self) -> float:
+        return 0.0
+
+    def commit(self, uid: str, namespace: str, decide: Any, dry_run: bool) -> Any:
+        raise AssertionError("not called")
+
+
+@pytest.mark.parametrize(
+    ("ready", "stale"),
+    [
+        ((True, "static snapshot"), 0.0),
+        ((False, "watch cache not synced yet (waiting for: pods)"), 0.0),
+        ((False, "watch cache stale: no word from the API server for 91s"), 1.0),
+    ],
+)
+def test_cache_stale_follows_what_the_source_says(ready: tuple[bool, str], stale: float) -> None:
+    metrics = AdmissionMetrics(ReadinessOnly(ready))
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): stale}
+
+
+def test_cache_stale_of_the_live_watch_cache() -> None:
+    from webhook.cluster.cache import KINDS, ClusterCache
+    from webhook.cluster.source import LiveSource
+
+    now = [0.0]
+    cache = ClusterCache(clock=lambda: now[0])
+    metrics = AdmissionMetrics(LiveSource(cache))
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): 0.0}  # still listing: not ready, not stale
+    for kind in KINDS:  # what a reflector does after its list
+        cache.replace(kind, [])
+        cache.heard(kind)
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): 0.0}
+    now[0] = 91.0  # silent longer than the default stale.afterSeconds (90)
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): 1.0}
+    assert samples(metrics, "gpu_admission_snapshot_age_seconds") == {(): 91.0}
+    cache.heard("pods")
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): 1.0}  # the other watches are still silent
+    for kind in KINDS:
+        cache.heard(kind)
+    assert samples(metrics, "gpu_admission_cache_stale") == {(): 0.0}

@@ -3,7 +3,8 @@
 Wires the layers together: cluster files or the embedded demo (or the live watch cache) become the
 snapshot source, certificates come from --cert-dir (made for development when absent), and gunicorn
 runs the Flask app. One worker process with threads is the default so that the in-process
-reservations are shared by every admission.
+reservations are shared by every admission; with the live cluster, `--reservations api` keeps them in
+ConfigMaps instead, shared by every worker and replica.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .errors import UserError
 DEFAULT_NAMESPACE = "gpu-admission"
 DEFAULT_SERVICE = "gpu-admission"
 LIVE_SOURCE_MODULE = "webhook.cluster.source"
+RESERVATION_STORES = ("memory", "api")
+RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
 
 log = logging.getLogger("webhook.serve")
 
@@ -29,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Run the admission webhook: POST /mutate and /validate (AdmissionReview v1), GET /healthz, /readyz "
         "and /metrics, over HTTPS only. The default is ONE worker process with --threads threads, so the "
         "reservations of admitted pods are shared by all admissions; several workers would each keep their "
-        "own and are refused with a static snapshot."
+        "own and are refused unless the live cluster keeps them (--reservations api)."
     )
     parser.add_argument(
         "--cluster",
@@ -67,6 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--namespace",
         metavar="NS",
         help=f"the webhook's own namespace, never admitted against (default: $POD_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--reservations",
+        choices=RESERVATION_STORES,
+        default=None,
+        help="where admitted pods are recorded until the watch sees them, with the live cluster: memory "
+        "(in this process; one replica) or api (ConfigMaps in --namespace, shared by every replica) "
+        "(default: $GPU_ADMISSION_RESERVATIONS, else memory)",
     )
     parser.add_argument(
         "--service",
@@ -149,6 +160,16 @@ def _tls_files(args: argparse.Namespace, namespace: str) -> Any:
     return files
 
 
+def _reservation_store(args: argparse.Namespace) -> str:
+    """--reservations, else $GPU_ADMISSION_RESERVATIONS, else memory."""
+    if args.reservations:
+        return str(args.reservations)
+    kind = os.environ.get(RESERVATIONS_ENV) or "memory"
+    if kind not in RESERVATION_STORES:
+        raise UserError(f"${RESERVATIONS_ENV} must be memory or api, got {kind!r}")
+    return kind
+
+
 def _live_source_builder() -> Any:
     """`webhook.cluster.source.build_source` when that module provides it (imported only when asked for)."""
     if importlib.util.find_spec(LIVE_SOURCE_MODULE) is None:
@@ -160,12 +181,16 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
     """A callable making the snapshot source in the worker; static snapshots are loaded now, in the parent."""
     from .server.source import StaticSource
 
+    reservations = _reservation_store(args)
     live = bool(args.kubeconfig or args.in_cluster)
     if live and not args.cluster:
         build_source = _live_source_builder()
         if build_source is not None:
-            if args.workers > 1:
-                log.warning("%d workers: each keeps its own watch cache and in-process reservations", args.workers)
+            if args.workers > 1 and reservations == "memory":
+                raise UserError(
+                    f"--workers {args.workers} with --reservations memory: each worker process would keep its "
+                    "own reservations and admit past a quota; use --reservations api or --workers 1"
+                )
 
             def live_source() -> Any:
                 return build_source(
@@ -174,10 +199,17 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
                     in_cluster=args.in_cluster,
                     namespace=namespace,
                     policy_file=args.policy,
+                    reservations=reservations,
                 )
 
             return live_source
         log.warning("the live cluster source is not part of this installation; answering from the demo cluster")
+    if reservations == "api":
+        static = "--cluster files" if args.cluster else "the embedded demo cluster"
+        raise UserError(
+            f"--reservations api needs the live cluster (--in-cluster or --kubeconfig, without --cluster): "
+            f"answering from {static}, reservations stay in this process"
+        )
     if args.workers > 1:
         raise UserError(
             f"--workers {args.workers}: with a static snapshot each worker process would keep its own "

@@ -106,12 +106,25 @@ def _normalise(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRe
         elif request.memory_pct is not None:
             cores = max(1, min(request.memory_pct, 100))
         elif request.memory_mib is not None:
-            cards = [g.memory_mib for n in snapshot.nodes.values() if n.vendor == request.vendor
-                     and model_allowed(n.gpu_model, request) for g in n.gpus] or [request.memory_mib]
-            cores = max(1, min(100, math.ceil(100 * request.memory_mib / max(min(cards), 1))))
+            card = _smallest_card(request, snapshot)
+            smallest = request.memory_mib if card is None else card
+            cores = max(1, min(100, math.ceil(100 * request.memory_mib / max(smallest, 1))))
         else:
             cores = 100
     return replace(request, cores=cores, memory_pct=memory_pct)
+
+
+def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
+    """MiB of the smallest card the pod may use (None: no such card). A walk over every GPU of the
+    cluster, so it is memoised per snapshot for each vendor and model selection."""
+    memo: dict[tuple[str, tuple[str, ...], tuple[str, ...]], int | None] = snapshot.cache.setdefault(
+        "admit.smallest_card", {}
+    )
+    key = (request.vendor, request.models_include, request.models_exclude)
+    if key not in memo:
+        memo[key] = min((g.memory_mib for n in snapshot.nodes.values() if n.vendor == request.vendor
+                         and model_allowed(n.gpu_model, request) for g in n.gpus), default=None)
+    return memo[key]
 
 
 def _context(request: PodRequest, policy: Policy) -> PlacementContext:
@@ -133,26 +146,21 @@ def _largest_nvlink(request: PodRequest, snapshot: Snapshot) -> int:
     return max(sizes, default=0)
 
 
-def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy) -> Allocation:
+def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy,
+                snapshot: Snapshot) -> Allocation:
     spec = request.placement or policy.placement_for(request.namespace)
     name = spec if isinstance(spec, str) else "+".join(f"{k}:{v:g}" for k, v in sorted(spec.items()))
     if option is not None:
-        node = option.node
-        return Allocation(node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
-                          "", option.topology, option.loss, name)
+        node = snapshot.nodes.get(option.node)
+        model = node.gpu_model if node is not None else ""
+        uuids = tuple(node.gpus[i].uuid for i in option.gpus if 0 <= i < len(node.gpus)) if node is not None else ()
+        return Allocation(option.node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
+                          model, option.topology, option.loss, name, uuids)
     card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
     memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
     topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
     return Allocation(None, (), request.gpus, memory, request.cores or 100, request.vendor,
                       fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name)
-
-
-def _with_model(allocation: Allocation, snapshot: Snapshot) -> Allocation:
-    node = snapshot.nodes.get(allocation.node or "")
-    if node is None:
-        return allocation
-    uuids = tuple(node.gpus[i].uuid for i in allocation.gpus if 0 <= i < len(node.gpus))
-    return replace(allocation, model=node.gpu_model, uuids=uuids)
 
 
 # ------------------------------------------------------------------------------------------ shared core
@@ -234,7 +242,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             return replace(denial, warnings=tuple(warnings))
         assert placement is not None
         fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
-        allocation = _with_model(_allocation(request, placement.best, fallback, policy), snapshot)
+        allocation = _allocation(request, placement.best, fallback, policy, snapshot)
         if placement.best is None:
             if policy.when_full == "deny":
                 return _deny(403, "cluster-full",

@@ -7,10 +7,10 @@ fragmentation is its expected value over the workload mix. Placing each pod wher
 grows least (FGD) keeps the cluster able to host what is likely to come next.
 
 This module's measure refines it in three ways:
-- "cannot use" is counted as if the node were filled with that kind of task alone: the free capacity
-  left over once as many such tasks as fit are placed (GPU share, CPU and memory all limit how many).
-  A node whose CPU would run out before its GPUs do is fragmented in proportion, not only once its CPU
-  is already gone, and a card's share that no whole number of such tasks fills counts too;
+- "cannot use" is looked at over two horizons and averaged: the paper's (what the next task of a kind
+  could not use now) and the filled node's (what is left once as many tasks of that kind as the cards,
+  CPU and memory allow have been placed). The second sees a node whose CPU will run out before its
+  GPUs do, and the share of a card that no whole number of such tasks fills, before it is too late;
 - kinds of task that only a few nodes can host weigh more on those nodes (`learn_mix` with the nodes),
   so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on small tasks;
 - equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
@@ -267,27 +267,38 @@ def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
 
 @lru_cache(maxsize=1 << 18)
 def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
-    """Expected free thousandths left over when the node is filled with one kind of task from the mix."""
+    """Free thousandths a task from the mix cannot use: the mean of two horizons, per kind of task.
+
+    Next task (the paper's view): what one more such task could not use now. Filled node: what is left
+    once as many such tasks as the cards, CPU and memory allow have been placed.
+    """
     free, cpu, memory = state
     total = sum(free)
     if total == 0:
         return 0.0
     expected = 0.0
-    slots: dict[tuple[int, int], int] = {}  # (gpus, milli) -> tasks the cards alone could take
+    # Per (gpus, milli): tasks the cards alone could take, and whether one more fits on the cards now.
+    cards: dict[tuple[int, int], tuple[int, int]] = {}
     for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
         if models and not any(m in model for m in models):
             expected += weight * total
             continue
-        tasks = slots.get((gpus, milli))
-        if tasks is None:
+        found = cards.get((gpus, milli))
+        if found is None:
+            fitting = sum(1 for f in free if f >= milli)
             # Single-GPU tasks can share a card; multi-GPU tasks take one slot on each of `gpus` cards.
-            tasks = sum(f // milli for f in free) if gpus == 1 else sum(1 for f in free if f >= milli) // gpus
-            slots[(gpus, milli)] = tasks
+            slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+            stranded = total if fitting < gpus else sum(f for f in free if f < milli)
+            found = cards[(gpus, milli)] = (slots, stranded)
+        slots, stranded = found
+        tasks = slots
         if cpu_need and tasks:
             tasks = min(tasks, cpu // cpu_need)
         if memory_need and tasks:
             tasks = min(tasks, memory // memory_need)
-        expected += weight * (total - tasks * gpus * milli)
+        filled = total - tasks * gpus * milli
+        next_task = total if cpu < cpu_need or memory < memory_need else stranded
+        expected += weight * (filled + next_task) / 2
     return expected / MILLI
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from .limits import limit_env
@@ -24,8 +25,23 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 Op = dict[str, Any]
 
 
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON-like value, so that an operation never shares a member with the pod.
+    Much cheaper than copy.deepcopy for the dicts, lists and scalars that decoded JSON is made of."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
+@lru_cache(maxsize=512)
 def pointer(*parts: str | int) -> str:
-    """An RFC 6901 JSON pointer from raw path parts (escapes '~' and '/')."""
+    """An RFC 6901 JSON pointer from raw path parts (escapes '~' and '/'); memoised, since every
+    mutation writes the same few paths."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
@@ -50,7 +66,7 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         if c.gpu is None or c.gpu.count <= 0:
             continue
         existing = container_of(pod, c).get("env")
-        env = [copy.deepcopy(e) for e in existing] if isinstance(existing, list) else []
+        env = [_copy(e) for e in existing] if isinstance(existing, list) else []
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
             if not any(isinstance(e, Mapping) and e.get("name") == name and e.get("value") == value for e in env):
                 env.append({"name": name, "value": value})
@@ -64,7 +80,7 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     ops: list[Op] = []
     for c in request.containers:
         old = container_of(pod, c).get("resources")
-        resources = {k: copy.deepcopy(v) for k, v in _map(old).items()}
+        resources = {k: _copy(v) for k, v in _map(old).items()}
         for section in ("limits", "requests"):
             if isinstance(resources.get(section), Mapping):
                 resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
@@ -89,7 +105,7 @@ def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:
 def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> list[Op]:
     """Add each wanted toleration unless one already tolerates the same taint; never duplicate."""
     existing = _map(pod.get("spec")).get("tolerations")
-    tolerations = [copy.deepcopy(t) for t in existing] if isinstance(existing, list) else []
+    tolerations = [_copy(t) for t in existing] if isinstance(existing, list) else []
     for tol in wanted:
         if not any(isinstance(t, Mapping) and _covers(t, tol) for t in tolerations):
             tolerations.append(dict(tol))
@@ -103,7 +119,7 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     add preferred terms ranking the `preferred` nodes, best first."""
     spec = _map(pod.get("spec"))
     old = spec.get("affinity")
-    affinity = copy.deepcopy(dict(_map(old)))
+    affinity = {k: _copy(v) for k, v in _map(old).items()}
     node_aff = dict(_map(affinity.get("nodeAffinity")))
     field = "matchFields" if required.get("key") == "metadata.name" else "matchExpressions"
     terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")

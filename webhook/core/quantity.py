@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 _QUANTITY = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
 
@@ -35,6 +36,7 @@ _SUFFIX: dict[str, Fraction] = {
 MAX_DIGITS = 40
 MAX_EXPONENT = 30
 MIB = 2**20
+MAX_MEMO_CHARS = 64
 
 
 class QuantityError(ValueError):
@@ -55,6 +57,17 @@ def parse_quantity(value: object) -> Fraction:
         return parse_quantity(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"expected a number or a quantity string, got {type(value).__name__}")
+    # Pods repeat the same few quantities ("1", "4Gi") and Fraction arithmetic is the costliest step
+    # of parsing a pod, so short strings are memoised (long ones could only fill the memo with junk).
+    return _parse_short(value) if len(value) <= MAX_MEMO_CHARS else _parse_text(value)
+
+
+@lru_cache(maxsize=1024)
+def _parse_short(value: str) -> Fraction:
+    return _parse_text(value)  # Fractions are immutable: sharing one between callers is safe
+
+
+def _parse_text(value: str) -> Fraction:
     text = value.strip()
     match = _QUANTITY.fullmatch(text)
     if match is None:

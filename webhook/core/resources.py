@@ -59,6 +59,8 @@ __all__ = [
 
 _FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores"}
 _MOVED_FIELDS = frozenset({"memory", "memory_pct", "cores"})
+_SELECTOR_KEYS = frozenset(key for keys in SELECTORS.values() for key in keys)
+_TOPOLOGIES = frozenset(t.value for t in TopologyPreference)
 
 
 class _Notes:
@@ -85,36 +87,37 @@ def _label(container: Mapping[str, Any], init: bool, index: int) -> str:
 
 def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes: _Notes) -> int | None:
     """A GPU resource value as a whole number within sensible bounds, or None after a violation."""
-    hint = {
-        "count": "a whole number of devices, e.g. 1",
-        "memory": f"a whole number ({unit} MiB units), e.g. 3000" if unit != 1 else "a whole number of MiB, e.g. 3000",
-        "memory_pct": "a whole percentage 1..100",
-        "cores": "a whole percentage 1..100",
-    }[field]
     try:
         quantity = parse_quantity(raw)
     except QuantityError as err:
-        notes.deny("invalid-quantity", 422, f"{where}: {name}: {err}; write {hint}")
+        notes.deny("invalid-quantity", 422, f"{where}: {name}: {err}; write {_hint(field, unit)}")
         return None
     if quantity.denominator != 1 or quantity < 0:
-        notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {hint}")
+        notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {_hint(field, unit)}")
         return None
     value = int(quantity)
     if field in ("memory_pct", "cores") and not 1 <= value <= 100:
         rule = "invalid-cores" if field == "cores" else "invalid-quantity"
-        notes.deny(rule, 422, f"{where}: {name} is {value}, outside 1..100; write {hint}")
+        notes.deny(rule, 422, f"{where}: {name} is {value}, outside 1..100; write {_hint(field, unit)}")
         return None
     if field == "memory" and not 1 <= value * unit <= MAX_GPU_MEMORY_MIB:
         notes.deny(
             "invalid-quantity",
             422,
-            f"{where}: {name} is {raw}, {value * unit} MiB per GPU, which no GPU has; write {hint}",
+            f"{where}: {name} is {raw}, {value * unit} MiB per GPU, which no GPU has; write {_hint(field, unit)}",
         )
         return None
     if field == "count" and value > MAX_GPUS:
         notes.deny("invalid-quantity", 422, f"{where}: {name} is {value} devices; write a count up to {MAX_GPUS}")
         return None
     return value * unit if field == "memory" else value
+
+
+def _hint(field: str, unit: int) -> str:
+    """What to write instead, for a message about a bad GPU value."""
+    if field == "memory":
+        return f"a whole number ({unit} MiB units), e.g. 3000" if unit != 1 else "a whole number of MiB, e.g. 3000"
+    return "a whole number of devices, e.g. 1" if field == "count" else "a whole percentage 1..100"
 
 
 def _host_value(name: str, raw: object, where: str, notes: _Notes) -> int:
@@ -258,6 +261,13 @@ def _csv(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+def _selectors(annotations: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
+    """HAMi's GPU selection annotations of every vendor: (use-type, nouse-type, use-uuid, nouse-uuid)."""
+    if _SELECTOR_KEYS.isdisjoint(annotations):  # the usual pod: twelve look-ups saved
+        return (), (), (), ()
+    return tuple(tuple(x for v in SELECTORS.values() for x in _csv(annotations, v[i])) for i in range(4))
+
+
 def _choice(
     annotations: Mapping[str, Any], key: str, allowed: frozenset[str], notes: _Notes, strict: bool = True
 ) -> str | None:
@@ -365,13 +375,11 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     for key in ("nvidia.com/vgpu-mode",):
         if key in annotations:
             notes.warn(f"annotation {key} is not supported here and is ignored")
-    include, exclude, uuids_in, uuids_out = (
-        tuple(x for v in SELECTORS.values() for x in _csv(annotations, v[i])) for i in range(4)
-    )
+    include, exclude, uuids_in, uuids_out = _selectors(annotations)
     placement = _choice(annotations, PLACEMENT, PLACEMENT_POLICIES, notes)
     if placement is None:
         placement = _choice(annotations, HAMI_NODE_POLICY, HAMI_POLICIES, notes, strict=False)
-    topology_name = _choice(annotations, TOPOLOGY, frozenset(t.value for t in TopologyPreference), notes)
+    topology_name = _choice(annotations, TOPOLOGY, _TOPOLOGIES, notes)
     level = _pod_level(containers, spec, notes)
     name = metadata.get("name") or metadata.get("generateName") or ""
     scheduler = spec.get("schedulerName")

@@ -1,7 +1,7 @@
 """Prometheus metrics of one app, in its own registry (two apps in one process never collide).
 
-Request metrics are updated as admissions happen; cluster gauges (quota, GPUs, snapshot age,
-certificate expiry) are computed from the snapshot source when Prometheus scrapes.
+Request metrics are updated as admissions happen; cluster gauges (quota, GPUs, snapshot age and
+staleness, certificate expiry) are computed from the snapshot source when Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class AdmissionMetrics:
     def __init__(self, source: SnapshotSource, cert_file: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.duration = Histogram(
-            "gpu_admission_request_duration_seconds",
+            "gpu_admission_admission_duration_seconds",
             "Time to answer an admission request, by endpoint and result (allowed, denied, error, rejected).",
             ["endpoint", "result"],
             buckets=LATENCY_BUCKETS,
@@ -85,6 +85,12 @@ class ClusterCollector(Collector):
         age = GaugeMetricFamily("gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed.")
         age.add_metric([], self._source.age_seconds())
         yield age
+        stale = GaugeMetricFamily(
+            "gpu_admission_cache_stale",
+            "1 while the source says its cluster picture is stale (a silent watch), else 0.",
+        )
+        stale.add_metric([], 1.0 if source_is_stale(self._source) else 0.0)
+        yield stale
         snapshot = self._source.snapshot()
         yield from quota_metrics(snapshot)
         yield from gpu_metrics(snapshot)
@@ -100,6 +106,18 @@ class ClusterCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())
+
+
+def source_is_stale(source: SnapshotSource) -> bool:
+    """The source's own `stale()` when it has one; else what its readiness says: not ready because stale.
+
+    A source that is not ready for another reason (still loading) is not stale.
+    """
+    stale = getattr(source, "stale", None)
+    if callable(stale):
+        return bool(stale())
+    ready, why = source.ready()
+    return not ready and "stale" in why.lower()
 
 
 def quota_metrics(snapshot: Snapshot) -> Iterator[GaugeMetricFamily]:

@@ -16,6 +16,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server itself caps objects at 3 MiB
 MAX_WARNING_CHARS = 119  # "under 120 characters"
+# One encoder for every patch: json.dumps with options builds a new encoder on each call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 class GroupVersionKind(TypedDict):
@@ -149,10 +151,10 @@ def denied(uid: str, code: int, message: str, reason: str) -> AdmissionResponse:
 
 def patched(uid: str, patch: Iterable[Mapping[str, Any]]) -> AdmissionResponse:
     """Allowed with a JSONPatch; an empty patch is a plain `allowed` (no patch field at all)."""
-    ops = [dict(op) for op in patch]
+    ops = [op if type(op) is dict else dict(op) for op in patch]  # the JSON encoder wants dicts
     if not ops:
         return allowed(uid)
-    encoded = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode("ascii")
+    encoded = base64.b64encode(_COMPACT.encode(ops).encode()).decode("ascii")
     return {"uid": uid, "allowed": True, "patch": encoded, "patchType": "JSONPatch"}
 
 

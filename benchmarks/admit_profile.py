@@ -1,0 +1,140 @@
+"""Per-request Python cost of the admission handler, in process: no HTTP, no TLS, no gunicorn.
+
+Feeds the realistic GPU pod reviews of `admission_load.py` (same 96-node cluster) straight into
+`AdmissionHandler.handle`, the function the Flask view calls, and reports microseconds per request
+for /mutate and dry-run /validate, plus a breakdown of the core's share. Use it to see what a change
+saves before paying for the (noisy) load test; `--profile` prints a cProfile listing instead.
+
+    python benchmarks/admit_profile.py [--repeat 3000] [--profile mutate|validate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import logging
+import os
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from admission_load import cluster_objects, review_bodies  # noqa: E402
+
+
+def build_app() -> Any:
+    from webhook.cluster.translate import build_snapshot
+    from webhook.server.app import ServerConfig, create_app
+    from webhook.server.source import StaticSource
+
+    source = StaticSource(build_snapshot(cluster_objects()))
+    return create_app(ServerConfig(source=source))
+
+
+def validating_bodies(handler: Any, reviews: list[dict[str, Any]]) -> list[bytes]:
+    """The mutated pods as dry-run validating reviews (so repeating them records nothing)."""
+    import jsonpatch
+
+    from webhook.server.review import decode_patch
+
+    result = []
+    for i, review in enumerate(reviews):
+        answer = handler.handle("mutate", "application/json", json.dumps(review).encode())
+        pod = jsonpatch.apply_patch(review["request"]["object"], decode_patch(answer.body["response"]))
+        pod["metadata"]["uid"] = f"pod-{i}"
+        final = json.loads(json.dumps(review))
+        final["request"]["object"] = pod
+        final["request"]["dryRun"] = True
+        result.append(json.dumps(final, separators=(",", ":")).encode())
+    return result
+
+
+def per_request_us(call: Callable[[bytes], Any], bodies: list[bytes], repeat: int) -> float:
+    for body in bodies:  # warm-up: placement index, caches
+        call(body)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for i in range(repeat):
+            call(bodies[i % len(bodies)])
+        best = min(best, (time.perf_counter() - started) / repeat)
+    return best * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3000, help="requests per timed pass (best of 3)")
+    parser.add_argument("--profile", choices=("mutate", "validate"), help="print a cProfile listing instead")
+    args = parser.parse_args()
+    from webhook.server.logs import JsonFormatter, JsonLineHandler
+
+    # The log line is part of the cost (formatted in the request thread), the terminal is not.
+    log_handler = JsonLineHandler(os.open(os.devnull, os.O_WRONLY))
+    log_handler.setFormatter(JsonFormatter())
+    logging.getLogger().addHandler(log_handler)
+    logging.getLogger().setLevel(logging.INFO)
+    app = build_app()
+    from webhook.server.app import handler_of
+
+    handler = handler_of(app)
+    reviews = review_bodies()
+    mutate_bodies = [json.dumps(r, separators=(",", ":")).encode() for r in reviews]
+    validate_bodies = validating_bodies(handler, reviews)
+    # Everything admitted above stays reserved; the mutate reviews below are answered the same each time.
+
+    def call_mutate(body: bytes) -> Any:
+        return handler.handle("mutate", "application/json", body, len(body))
+
+    def call_validate(body: bytes) -> Any:
+        return handler.handle("validate", "application/json", body, len(body))
+
+    if args.profile:
+        call, bodies = (call_mutate, mutate_bodies) if args.profile == "mutate" else (call_validate, validate_bodies)
+        for body in bodies:
+            call(body)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for i in range(args.repeat):
+            call(bodies[i % len(bodies)])
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(35)
+        return 0
+
+    from webhook.core import admit
+    from webhook.core.policy import Policy
+
+    snapshot = handler.source.snapshot()
+    policy = Policy()
+    pods = [r["request"]["object"] for r in reviews]
+    namespaces = [r["request"]["namespace"] for r in reviews]
+    final_pods = [json.loads(b)["request"]["object"] for b in validate_bodies]
+
+    def core_mutate(i: int) -> Any:
+        return admit.mutate(pods[i], snapshot, policy, namespace=namespaces[i])
+
+    def core_validate(i: int) -> Any:
+        return admit.validate(final_pods[i], snapshot, policy, namespace=namespaces[i])
+
+    indices = [i.to_bytes(1, "big") for i in range(len(pods))]
+    rows = [
+        ("handler /mutate", per_request_us(call_mutate, mutate_bodies, args.repeat)),
+        ("handler /validate dry-run", per_request_us(call_validate, validate_bodies, args.repeat)),
+        ("core admit.mutate", per_request_us(lambda b: core_mutate(b[0]), indices, args.repeat)),
+        ("core admit.validate", per_request_us(lambda b: core_validate(b[0]), indices, args.repeat)),
+        ("json.loads of a review", per_request_us(json.loads, mutate_bodies, args.repeat)),
+    ]
+    for name, us in rows:
+        print(f"{name:<28} {us:8.1f} us/request")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

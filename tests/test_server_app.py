@@ -418,9 +418,9 @@ def test_metrics_count_requests_by_endpoint_and_result() -> None:
     assert response.content_type.startswith("text/plain; version=")
     text = response.get_data(as_text=True)
     for line in (
-        'gpu_admission_request_duration_seconds_count{endpoint="mutate",result="allowed"} 1.0',
-        'gpu_admission_request_duration_seconds_count{endpoint="validate",result="denied"} 1.0',
-        'gpu_admission_request_duration_seconds_count{endpoint="validate",result="rejected"} 1.0',
+        'gpu_admission_admission_duration_seconds_count{endpoint="mutate",result="allowed"} 1.0',
+        'gpu_admission_admission_duration_seconds_count{endpoint="validate",result="denied"} 1.0',
+        'gpu_admission_admission_duration_seconds_count{endpoint="validate",result="rejected"} 1.0',
         'gpu_admission_decisions_total{endpoint="validate",reason="policy",verdict="denied"} 1.0',
         'gpu_admission_bad_requests_total{code="400",endpoint="validate"} 1.0',
         "gpu_admission_requests_in_flight 0.0",

@@ -131,11 +131,12 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
         term[field] = items
     node_aff[REQUIRED] = {**_map(node_aff.get(REQUIRED)), "nodeSelectorTerms": terms}
     prefs = list(node_aff.get(PREFERRED) or [])
+    present = [_map(p).get("preference") for p in prefs]
     for i, name in enumerate(preferred):
-        term = {"weight": max(100 - 10 * i, 1), "preference": {"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [name]}]}}
-        if not any(_map(p).get("preference") == term["preference"] for p in prefs):
-            prefs.append(term)
+        preference = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        if preference not in present:
+            prefs.append({"weight": max(100 - 10 * i, 1), "preference": preference})
+            present.append(preference)
     if prefs:
         node_aff[PREFERRED] = prefs
     affinity["nodeAffinity"] = node_aff

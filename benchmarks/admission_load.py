@@ -260,6 +260,7 @@ def main() -> int:
     from webhook.certs import issue_certificates
 
     use_wrk = shutil.which("wrk") is not None and not args.python_load
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cert_dir = work / "certs"
@@ -338,7 +339,7 @@ def main() -> int:
     results = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in samples.items()
     }
-    report(results, "wrk" if use_wrk else "python", args)
+    report(results, "wrk" if use_wrk else "python", args, load_before)
     return 0
 
 
@@ -373,12 +374,17 @@ def _wait(port: int, ca: Path, timeout: float = 30.0) -> None:
     raise RuntimeError("the no-op server did not start")
 
 
-def report(results: dict[str, dict[str, float]], driver: str, args: argparse.Namespace) -> None:
+def report(
+    results: dict[str, dict[str, float]], driver: str, args: argparse.Namespace, load_before: tuple[float, ...]
+) -> None:
     print(
         f"load: {driver}, {args.connections} keep-alive HTTPS connections, {args.duration} s per run, "
         f"median of {args.rounds} alternating rounds; paced runs pause {args.pace_ms} ms between requests; "
         "both servers: gunicorn gthread, 1 worker x 8 threads, TLS, keep-alive"
     )
+    # Other work on the machine moves every wall-clock figure: say how busy it was.
+    before, after = " ".join(f"{x:.2f}" for x in load_before), " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {before} before, {after} after")
     print(f"{'run':<28} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'server CPU ms/req':>18} {'non-200':>8}")
     for name, r in results.items():
         print(f"{name:<28} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['rps']:>8.0f} {r['cpu_ms']:>18.3f} {r['errors']:>8.0f}")

@@ -160,3 +160,11 @@ def test_overcommitted_reports_each_dimension() -> None:
         "n: memory 2000 > 1000 MiB",
     ]
     assert overcommitted(node, empty_usage(node)) == []
+
+
+def test_pods_asking_for_no_gpu_are_never_counted_as_failed_gpu_pods() -> None:
+    node = make_node("n", 4000, 8192, 1, "T4")
+    run = replay([node], [TracePod("too-big", 8000, 10, 0, 0), TracePod("gpu", 1000, 10, 1, 1000)], "binpack", 1)
+    assert (run.failed, run.unplaced_cpu_only) == (0, 1)
+    assert list(run.arrived) == [0, 1000]
+    assert list(run.allocated) == [0, 1000]

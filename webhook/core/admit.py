@@ -33,7 +33,7 @@ from .record import ANNOTATION, allocation_from_json
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, model_allowed
 from .topology import largest_nvlink_clique
-from .vendors import list_of, mapping_of
+from .vendors import is_mapping, list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -84,7 +84,7 @@ def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> 
         count = c.gpu.count if c.gpu else 0
         wanted = dict(limit_env(backend, count, allocation.memory_mib, allocation.cores))
         for env in list_of(container.get("env")):
-            if not isinstance(env, Mapping) or not is_limit_env(str(env.get("name", ""))):
+            if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
                 continue
             name = str(env.get("name"))
             if wanted.get(name) != env.get("value") or "valueFrom" in env:
@@ -115,16 +115,13 @@ def _normalise(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRe
 
 
 def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
-    """MiB of the smallest card the pod may use (None: no such card). A walk over every GPU of the
-    cluster, so it is memoised per snapshot for each vendor and model selection."""
-    memo: dict[tuple[str, tuple[str, ...], tuple[str, ...]], int | None] = snapshot.cache.setdefault(
-        "admit.smallest_card", {}
-    )
-    key = (request.vendor, request.models_include, request.models_exclude)
-    if key not in memo:
-        memo[key] = min((g.memory_mib for n in snapshot.nodes.values() if n.vendor == request.vendor
-                         and model_allowed(n.gpu_model, request) for g in n.gpus), default=None)
-    return memo[key]
+    """MiB of the smallest card the pod may use (None: no such card). Read from the placement index's
+    node shapes (vendor and per-GPU model and memory are part of a shape), so a memory-only request
+    looks at a handful of shapes instead of every GPU of the cluster."""
+    cards = [g.memory_mib for shape in index_of(snapshot).statics.shapes
+             if shape.template.vendor == request.vendor and model_allowed(shape.template.gpu_model, request)
+             for g in shape.template.gpus]
+    return min(cards, default=None)
 
 
 def _context(request: PodRequest, policy: Policy) -> PlacementContext:
@@ -289,7 +286,7 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
         if c.gpu is None or c.gpu.count <= 0:
             continue
         env = list_of(patches.container_of(request.raw, c).get("env"))
-        have = {e.get("name"): e.get("value") for e in env if isinstance(e, Mapping)}
+        have = {e.get("name"): e.get("value") for e in env if is_mapping(e)}
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
             if have.get(name) != value:
                 return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "

@@ -16,13 +16,15 @@ from typing import Any
 from .limits import limit_env
 from .model import Allocation, ContainerRequest, PodRequest
 from .record import ANNOTATION, allocation_to_json
-from .vendors import list_of
+from .vendors import is_mapping, list_of
 from .vendors import mapping_of as _map
 
 MANAGED_LABEL = "gpu-admission.io/managed"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 Op = dict[str, Any]
+# Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
+_RECORD_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 def _copy(value: Any) -> Any:
@@ -68,7 +70,7 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         existing = container_of(pod, c).get("env")
         env = [_copy(e) for e in existing] if isinstance(existing, list) else []
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
-            if not any(isinstance(e, Mapping) and e.get("name") == name and e.get("value") == value for e in env):
+            if not any(is_mapping(e) and e.get("name") == name and e.get("value") == value for e in env):
                 env.append({"name": name, "value": value})
         ops += _set((*_base(c), "env"), existing, env)
     return ops
@@ -82,7 +84,7 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
         old = container_of(pod, c).get("resources")
         resources = {k: _copy(v) for k, v in _map(old).items()}
         for section in ("limits", "requests"):
-            if isinstance(resources.get(section), Mapping):
+            if is_mapping(resources.get(section)):
                 resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
         count_name = count_resource.get(c.gpu.vendor) if c.gpu is not None else None
         if c.gpu is not None and c.gpu.count > 0 and c.moved_resources and count_name:
@@ -107,7 +109,7 @@ def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> l
     existing = _map(pod.get("spec")).get("tolerations")
     tolerations = [_copy(t) for t in existing] if isinstance(existing, list) else []
     for tol in wanted:
-        if not any(isinstance(t, Mapping) and _covers(t, tol) for t in tolerations):
+        if not any(is_mapping(t) and _covers(t, tol) for t in tolerations):
             tolerations.append(dict(tol))
     if not tolerations:
         return []
@@ -146,11 +148,11 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
 def record_ops(pod: Mapping[str, Any], allocation: Allocation) -> list[Op]:
     """The decision annotation and the managed label."""
     meta = _map(pod.get("metadata"))
-    value = json.dumps(allocation_to_json(allocation), separators=(",", ":"), sort_keys=True)
+    value = _RECORD_JSON.encode(allocation_to_json(allocation))
     ops: list[Op] = []
     for key, name, wanted in (("annotations", ANNOTATION, value), ("labels", MANAGED_LABEL, "true")):
         current = meta.get(key)
-        if not isinstance(current, Mapping):
+        if not is_mapping(current):
             ops.append({"op": "add", "path": pointer("metadata", key), "value": {name: wanted}})
         elif current.get(name) != wanted:
             ops.append({"op": "add", "path": pointer("metadata", key, name), "value": wanted})

@@ -87,6 +87,7 @@ class AdmissionHandler:
         self.core = core
         self.metrics = metrics
         self.excluded_namespaces = frozenset((*ALWAYS_EXCLUDED, namespace))
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def handle(
         self, endpoint: str, content_type: str | None, body: bytes, declared_length: int | None = None
@@ -123,8 +124,7 @@ class AdmissionHandler:
             message = f"internal error in the GPU admission webhook (request uid {incoming.uid}); see its log"
             outcome = _Outcome(rv.errored(incoming.uid, 500, message), "error", "internal-error", 500)
         elapsed = time.perf_counter() - started
-        self.metrics.duration.labels(endpoint, outcome.verdict).observe(elapsed)
-        self.metrics.decisions.labels(endpoint, outcome.verdict, outcome.reason).inc()
+        self._count(endpoint, outcome, elapsed)
         request = incoming.request
         pod = _mapping(request.get("object"))
         metadata = _mapping(pod.get("metadata"))
@@ -142,6 +142,20 @@ class AdmissionHandler:
         )
         log.info("admission", extra=fields)
         return Answer(200, rv.envelope(incoming.api_version, outcome.response))
+
+    def _count(self, endpoint: str, outcome: _Outcome, seconds: float) -> None:
+        """Duration and decision metrics. The labelled children are kept per label set, because
+        `labels()` takes a lock and builds a key on every call; reasons are a small fixed set."""
+        key = (endpoint, outcome.verdict, outcome.reason)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.metrics.duration.labels(endpoint, outcome.verdict),
+                self.metrics.decisions.labels(endpoint, outcome.verdict, outcome.reason),
+            )
+            self._children[key] = children
+        children[0].observe(seconds)
+        children[1].inc()
 
     def _bad_request(self, endpoint: str, uid: str, err: rv.ReviewError, started: float) -> Answer:
         self.metrics.bad_requests.labels(endpoint, str(err.http_status)).inc()

@@ -32,8 +32,9 @@ class Run:
     capacity_milli: int
     arrived: array[int]
     allocated: array[int]
-    failed: int
+    failed: int  # GPU pods that fitted nowhere
     seconds: float
+    unplaced_cpu_only: int = 0  # pods asking for no GPU that were not placed
 
     @property
     def pods(self) -> int:
@@ -129,7 +130,7 @@ def replay(
     seen: list[PodRequest] = []
     arrived_log: array[int] = array("q")
     allocated_log: array[int] = array("q")
-    arrived = allocated = failed = 0
+    arrived = allocated = failed = unplaced_cpu_only = 0
     next_learn = LEARN_FIRST
     started = time.perf_counter()
     for i, pod in enumerate(arrivals, 1):
@@ -143,7 +144,9 @@ def replay(
                 ctx = replace(ctx, workload_mix=learn_mix(seen, nodes))
                 next_learn *= 2
         best = place(request, index, ctx).best
-        if best is None:
+        if best is None and not request.gpus:
+            unplaced_cpu_only += 1
+        elif best is None:
             failed += 1
         else:
             node = by_name[best.node]
@@ -166,4 +169,5 @@ def replay(
         allocated=allocated_log,
         failed=failed,
         seconds=time.perf_counter() - started,
+        unplaced_cpu_only=unplaced_cpu_only,
     )

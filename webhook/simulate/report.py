@@ -39,6 +39,7 @@ def summarize(runs: Sequence[Run], tune: float) -> dict[str, Any]:
                     "unallocated_pct_at_100": None if at is None else round(at, 3),
                     "pods": run.pods,
                     "failed_pods": run.failed,
+                    "unplaced_cpu_only_pods": run.unplaced_cpu_only,
                     "seconds": round(run.seconds, 2),
                 }
             )
@@ -97,6 +98,11 @@ def as_text(summary: dict[str, Any]) -> str:
     for row in rows:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells).rstrip())
+    unplaced = max(
+        (sum(s["unplaced_cpu_only_pods"] for s in f["per_seed"]) for f in summary["policies"].values()), default=0
+    )
+    if unplaced:
+        lines.append(f"note: {unplaced} pods asking for no GPU were not placed (not counted as failed)")
     return "\n".join(lines) + "\n"
 
 

@@ -40,7 +40,7 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=512, typed=True)
 def pointer(*parts: str | int) -> str:
     """An RFC 6901 JSON pointer from raw path parts (escapes '~' and '/'); memoised, since every
     mutation writes the same few paths."""

@@ -34,9 +34,10 @@ MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
-# Shapes kept when learning a mix: all of them, up to a bound that keeps each evaluation cheap.
-MIX_COVERAGE = 1.0
-MIX_MAX_SHAPES = 256
+# Shapes kept when learning a mix: the heaviest ones covering this share of the weight, at most this many.
+# Keeping every rare shape spends the weights on kinds that matter on a handful of nodes only.
+MIX_COVERAGE = 0.99
+MIX_MAX_SHAPES = 48
 
 # A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
 _State = tuple[tuple[int, ...], int, int]

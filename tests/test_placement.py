@@ -10,7 +10,7 @@ from gpu_nodes import A100, dgx, paired, pcie_box, request
 from webhook.core.fragmentation import default_mix, fragmentation_delta
 from webhook.core.model import GpuUsage, Node, NodeUsage, Option, PodRequest, Snapshot, TopologyClass
 from webhook.core.model import TopologyPreference as Topo
-from webhook.core.placement import NodeIndex, PlacementContext, commit, index_of, place
+from webhook.core.placement import NodeIndex, PlacementContext, WorkloadShape, commit, index_of, place
 
 H100_CARD = 81559
 
@@ -276,9 +276,65 @@ def test_host_cpu_and_memory_now() -> None:
     assert (found.eligible, found.options, dict(found.rejected)) == (("t",), (), {"host-memory": 1})
 
 
-def test_zero_gpu_request_places_nothing() -> None:
+def cpu_pod(cpu: int, memory: int = 0) -> PodRequest:
+    return PodRequest("team", "cpu", cpu_milli=cpu, memory_mib_host=memory)
+
+
+def test_pod_without_gpus_goes_where_its_cpu_and_memory_fit() -> None:
+    base = filter_cluster()
+    index = base.updated({"p": NodeUsage(cpu_milli=50_000), "d": NodeUsage(cpu_milli=160_000)})
+    found = place(cpu_pod(40_000), index, PlacementContext())
+    # t (32 cores) never could; d (32 cores left) cannot now; GPU-less nodes are candidates.
+    assert found.eligible == ("cpu-only", "d", "p")
+    assert dict(found.rejected) == {"unschedulable": 1, "cpu": 2}
+    assert nodes_of(found.options) == ["p", "cpu-only"]  # binpack: the fuller node first
+    assert all(o.gpus == () and o.topology is TopologyClass.SINGLE for o in found.options)
+    assert nodes_of(place(cpu_pod(40_000), index, PlacementContext(policy="spread")).options) == ["cpu-only", "p"]
+    memory = place(cpu_pod(1_000, 300_000), index, PlacementContext())
+    assert memory.eligible == ("d", "p") and dict(memory.rejected) == {"unschedulable": 1, "host-memory": 2}
+
+
+@pytest.mark.parametrize("policy", ["random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks"])
+def test_every_policy_places_a_pod_without_gpus_only_where_it_fits(policy: str) -> None:
+    index = filter_cluster().updated({"d": NodeUsage(cpu_milli=160_000)})
+    found = place(cpu_pod(40_000), index, PlacementContext(policy=policy))
+    assert sorted(nodes_of(found.options)) == ["cpu-only", "p"]
+
+
+def test_fragmentation_scores_a_pod_without_gpus_by_the_fragmentation_its_cpu_causes() -> None:
+    nodes = cluster(pcie_box("t1"), pcie_box("t2", cpu=64_000))
+    index = NodeIndex.build(nodes, {})
+    mix = (WorkloadShape(gpus=1, milli=1000, cpu_milli=8_000),)
+    pod = cpu_pod(16_000)
+    found = place(pod, index, PlacementContext(policy="fragmentation", workload_mix=mix))
+    # On t1 the 16 cores left host two such tasks where four cards are free: half the node is stranded.
+    assert nodes_of(found.options) == ["t2", "t1"]
+    for option in found.options:
+        before = index.usage(option.node)
+        after = commit(before, option, pod, nodes[option.node])
+        assert option.score == -fragmentation_delta(nodes[option.node], before, after, mix)
+    assert [round(o.score, 6) for o in found.options] == [-0.0004, -1.0004]
+    assert nodes_of(place(pod, index, PlacementContext()).options) == ["t1", "t2"]  # binpack: a tie, by name
+
+
+def test_a_gpu_pod_asking_for_zero_gpus_gets_no_option() -> None:
     found = place(request(0), filter_cluster(), PlacementContext())
     assert (found.eligible, found.options, dict(found.rejected)) == ((), (), {})
+
+
+def test_commit_of_a_pod_without_gpus_takes_cpu_and_memory_only() -> None:
+    node = pcie_box("t")
+    index = NodeIndex.build(cluster(node), {})
+    pod = cpu_pod(30_000, 100_000)
+    best = place(pod, index, PlacementContext()).best
+    assert best is not None and best.gpus == ()
+    after = commit(index.usage("t"), best, pod, node)
+    assert after == NodeUsage((GpuUsage(),) * 4, cpu_milli=30_000, memory_mib=100_000, gpu_tasks=0)
+    index.apply("t", after)
+    assert place(pod, index, PlacementContext()).best is None
+    # The GPUs are all free, but the node has 2 cores left.
+    assert dict(place(request(1, cpu_milli=4_000), index, PlacementContext()).rejected) == {"cpu": 1}
+    assert place(request(4, cpu_milli=2_000), index, PlacementContext()).best is not None
 
 
 # -- commit and the index ---------------------------------------------------------------------------------

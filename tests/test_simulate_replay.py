@@ -168,3 +168,24 @@ def test_pods_asking_for_no_gpu_are_never_counted_as_failed_gpu_pods() -> None:
     assert (run.failed, run.unplaced_cpu_only) == (0, 1)
     assert list(run.arrived) == [0, 1000]
     assert list(run.allocated) == [0, 1000]
+
+
+def test_a_pod_asking_for_no_gpu_takes_cpu_that_gpu_pods_then_lack() -> None:
+    node = make_node("n", 4000, 8192, 2, "T4")
+    pods = [
+        TracePod("cpu-only", 3000, 4096, 0, 0),
+        TracePod("gpu", 2000, 10, 1, 1000),
+        TracePod("small", 1000, 10, 1, 500),
+    ]
+    run = replay([node], pods, "fragmentation", 1, check=True)
+    assert (run.failed, run.unplaced_cpu_only) == (1, 0)  # 1 core left after the CPU-only task
+    assert list(run.arrived) == [0, 1000, 1500]
+    assert list(run.allocated) == [0, 0, 500]
+
+
+def test_pods_asking_for_no_gpu_prefer_gpu_less_nodes_under_fragmentation() -> None:
+    nodes = [make_node("gpu", 8000, 8192, 2, "T4"), make_node("host", 8000, 8192, 0, "")]
+    pods = [TracePod("cpu-only", 6000, 4096, 0, 0), TracePod("a", 4000, 10, 1, 1000), TracePod("b", 4000, 10, 1, 1000)]
+    run = replay(nodes, pods, "fragmentation", 1, check=True)
+    assert (run.failed, run.unplaced_cpu_only) == (0, 0)
+    assert list(run.allocated) == [0, 1000, 2000]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from .fitting import Demand, Fit, choose_gpus, demand_of, static_verdict
+from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
 from .nodeindex import NodeIndex, Shape, normalised
 from .scoring import Candidate, option_of, score_all
@@ -199,15 +199,20 @@ def _restricted(
 
 
 def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Placement:
-    """Eligible nodes, and the best options now, for a GPU pod.
+    """Eligible nodes, and the best options now, for a pod.
+
+    A pod asking for no GPU takes CPU and memory only. One that names a GPU resource but asks for none of
+    it (`nvidia.com/gpu: 0`, `is_gpu_pod`) gets no option: admission reports it as unsatisfiable.
 
     Reasons counted in `rejected`: never possible on the node ("vendor", "unschedulable", "gpu-count",
     "model", "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid") or not now
     ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
     """
-    if request.gpus <= 0:
-        return Placement(eligible=(), options=(), rejected={})
     demand = demand_of(request)
+    if demand.count <= 0:
+        if request.is_gpu_pod:
+            return Placement(eligible=(), options=(), rejected={})
+        return _place_on_host(request, demand, index, ctx)
     rejected: dict[str, int] = {}
     # Eligibility depends on nothing that changes between index versions: computed once per demand.
     memo = index.statics.eligible
@@ -229,6 +234,60 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
         score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
         options = _best_options(cands, topology_first, ctx)
     return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
+
+
+def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext) -> Placement:
+    """A pod asking for no GPU: any schedulable node with room for its CPU and memory, GPU-less ones too.
+
+    Scored by the same policy as GPU pods (the fragmentation policy sees the node's growth in
+    fragmentation from the CPU and memory taken).
+    """
+    rejected: dict[str, int] = {}
+    memo = index.statics.eligible
+    key = ("host", demand.key)
+    eligible = memo.get(key)
+    collected: list[str] = []
+    cands: list[Candidate] = []
+    for shape in index.statics.shapes:
+        node = shape.template
+        reason = _host_verdict(node, demand)
+        if reason:
+            rejected[reason] = rejected.get(reason, 0) + len(shape.names)
+            continue
+        collected.extend(shape.names)
+        for node_class in index.classes(shape):
+            state = node_class.state
+            if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
+                rejected["cpu"] = rejected.get("cpu", 0) + len(node_class.names)
+            elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
+                rejected["host-memory"] = rejected.get("host-memory", 0) + len(node_class.names)
+            else:
+                cands.append(Candidate(state, node_class.names, _NO_GPU, _NO_FIT, 0))
+    if eligible is None:
+        if len(memo) >= _ELIGIBLE_MEMO:
+            memo.clear()
+        eligible = memo[key] = tuple(sorted(collected))
+    if ctx.policy == "random":
+        options = _random_options(cands, False, ctx)
+    else:
+        score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
+        options = _best_options(cands, False, ctx)
+    return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
+
+
+def _host_verdict(node: Node, demand: Demand) -> str:
+    """Why a node could never host a pod asking for no GPU ("" when it could)."""
+    if node.unschedulable:
+        return "unschedulable"
+    if 0 < node.cpu_milli < demand.cpu:
+        return "cpu"
+    if 0 < node.memory_mib < demand.host_memory:
+        return "host-memory"
+    return ""
+
+
+_NO_GPU = Choice(gpus=(), memory=0, cores=0, topology=TopologyClass.SINGLE)
+_NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
 
 
 def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
@@ -278,7 +337,7 @@ def _random_options(cands: list[Candidate], topology_first: bool, ctx: Placement
 
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:
-    """The node's usage after hosting `request` as `option` says."""
+    """The node's usage after hosting `request` as `option` says (no GPU in the option: CPU and memory only)."""
     gpus = list(normalised(node, usage).gpus)
     for i in option.gpus:
         before = gpus[i]
@@ -293,5 +352,5 @@ def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) ->
         gpus=tuple(gpus),
         cpu_milli=usage.cpu_milli + request.cpu_milli,
         memory_mib=usage.memory_mib + request.memory_mib_host,
-        gpu_tasks=usage.gpu_tasks + 1,
+        gpu_tasks=usage.gpu_tasks + (1 if option.gpus else 0),
     )

@@ -89,16 +89,26 @@ def _healthy(state: State) -> int:
     return max(1, state.shape.healthy.bit_count())
 
 
+def _fullness(state: State, demand: Demand) -> float:
+    """How full the node is, 0..1: its GPUs for a GPU pod; its CPU or memory, the fuller, for a pod without."""
+    if demand.count > 0:
+        return state.used_units / _healthy(state)
+    node = state.shape.template
+    cpu = 1 - state.free_cpu / node.cpu_milli if node.cpu_milli > 0 else 0.0
+    memory = 1 - state.free_memory / node.memory_mib if node.memory_mib > 0 else 0.0
+    return max(cpu, memory)
+
+
 def _binpack(state: State, choice: Choice, demand: Demand) -> float:
-    return state.used_units / _healthy(state)
+    return _fullness(state, demand)
 
 
 def _spread(state: State, choice: Choice, demand: Demand) -> float:
-    return -state.used_units / _healthy(state)
+    return -_fullness(state, demand)
 
 
 def _fewest_tasks(state: State, choice: Choice, demand: Demand) -> float:
-    return -state.usage.gpu_tasks + 0.5 * (1 - state.used_units / _healthy(state))
+    return -state.usage.gpu_tasks + 0.5 * (1 - _fullness(state, demand))
 
 
 def _taken(state: State, choice: Choice, demand: Demand) -> float:
@@ -201,5 +211,5 @@ def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) ->
         gpus=tuple(gpus),
         cpu_milli=usage.cpu_milli + demand.cpu,
         memory_mib=usage.memory_mib + demand.host_memory,
-        gpu_tasks=usage.gpu_tasks + 1,
+        gpu_tasks=usage.gpu_tasks + (1 if choice.gpus else 0),
     )

@@ -257,3 +257,10 @@ def test_foreign_scheduler_gets_no_node_affinity_but_keeps_limits() -> None:
     assert "affinity" not in patched["spec"]
     assert patched["spec"]["containers"][0]["env"][0] == {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "2000m"}
     assert v.allowed
+
+
+def test_zero_gpus_is_allowed_unchanged_but_still_held_to_isolation() -> None:
+    d = admit.mutate(pod({"nvidia.com/gpu": 0}), CLUSTER, Policy())
+    assert (d.allowed, d.patch, d.reason) == (True, (), "no-gpu-requested")
+    bypass = pod({"nvidia.com/gpu": 0}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    assert admit.mutate(bypass, CLUSTER, Policy()).allowed is False

@@ -176,6 +176,10 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         first = request.violations[0]
         message = "; ".join(v.message for v in request.violations)
         return request, _deny(first.code, first.rule, message), None
+    if request.gpus <= 0:
+        # Names a GPU resource but asks for none of it (`nvidia.com/gpu: 0`): the device plugin gives it
+        # no device, so there is nothing to limit or place; the isolation rules above still applied.
+        return request, _allow("no-gpu-requested", "asks for 0 GPUs: unchanged"), None
     if request.node_name:
         return request, _deny(403, "node-name-set",
                               f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "

@@ -107,6 +107,39 @@ def normalised(node: Node, usage: NodeUsage | None) -> NodeUsage:
     return replace(usage, gpus=gpus)
 
 
+def taken(
+    node: Node,
+    usage: NodeUsage,
+    gpus: tuple[int, ...],
+    memory_mib: int,
+    cores: int,
+    whole_cards: bool,
+    cpu_milli: int,
+    host_memory_mib: int,
+) -> NodeUsage:
+    """`usage` after a pod takes `memory_mib` and `cores` on each of `gpus` plus host CPU and memory.
+
+    A card is held exclusively when the pod asks for whole cards or its slice covers all of the card.
+    A pod with no GPU takes host resources only and counts as no GPU task.
+    """
+    cards = list(normalised(node, usage).gpus)
+    for i in gpus:
+        before = cards[i]
+        whole = whole_cards or (cores >= 100 and memory_mib >= node.gpus[i].memory_mib)
+        cards[i] = GpuUsage(
+            memory_mib=before.memory_mib + memory_mib,
+            cores=before.cores + cores,
+            tasks=before.tasks + 1,
+            exclusive=before.exclusive or whole,
+        )
+    return NodeUsage(
+        gpus=tuple(cards),
+        cpu_milli=usage.cpu_milli + cpu_milli,
+        memory_mib=usage.memory_mib + host_memory_mib,
+        gpu_tasks=usage.gpu_tasks + (1 if gpus else 0),
+    )
+
+
 def _shape_key(node: Node) -> tuple[Any, ...]:
     gpus = tuple((g.model, g.memory_mib, g.numa, g.healthy) for g in node.gpus)
     return (node.vendor, gpus, node.nvlink, node.pcie, node.cpu_milli, node.memory_mib, node.unschedulable)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
-from .model import GpuUsage, Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
-from .nodeindex import NodeIndex, Shape, normalised
+from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from .nodeindex import NodeIndex, Shape, taken
 from .scoring import Candidate, option_of, score_all
 from .topology import expected_loss
 
@@ -338,19 +338,5 @@ def _random_options(cands: list[Candidate], topology_first: bool, ctx: Placement
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:
     """The node's usage after hosting `request` as `option` says (no GPU in the option: CPU and memory only)."""
-    gpus = list(normalised(node, usage).gpus)
-    for i in option.gpus:
-        before = gpus[i]
-        whole = not request.shared or (option.cores >= 100 and option.memory_mib >= node.gpus[i].memory_mib)
-        gpus[i] = GpuUsage(
-            memory_mib=before.memory_mib + option.memory_mib,
-            cores=before.cores + option.cores,
-            tasks=before.tasks + 1,
-            exclusive=before.exclusive or whole,
-        )
-    return NodeUsage(
-        gpus=tuple(gpus),
-        cpu_milli=usage.cpu_milli + request.cpu_milli,
-        memory_mib=usage.memory_mib + request.memory_mib_host,
-        gpu_tasks=usage.gpu_tasks + (1 if option.gpus else 0),
-    )
+    return taken(node, usage, option.gpus, option.memory_mib, option.cores, not request.shared,
+                 request.cpu_milli, request.memory_mib_host)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .fitting import MEMO_LIMIT, Choice, Demand, Fit
-from .model import GpuUsage, Node, NodeUsage, Option, PodRequest
-from .nodeindex import State
+from .model import Node, NodeUsage, Option, PodRequest
+from .nodeindex import State, taken
 from .topology import expected_loss
 
 if TYPE_CHECKING:
@@ -197,19 +197,5 @@ def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:
 
 
 def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:
-    gpus = list(usage.gpus)
-    for i in choice.gpus:
-        before = gpus[i]
-        whole = demand.exclusive or (choice.cores >= 100 and choice.memory >= node.gpus[i].memory_mib)
-        gpus[i] = GpuUsage(
-            memory_mib=before.memory_mib + choice.memory,
-            cores=before.cores + choice.cores,
-            tasks=before.tasks + 1,
-            exclusive=before.exclusive or whole,
-        )
-    return NodeUsage(
-        gpus=tuple(gpus),
-        cpu_milli=usage.cpu_milli + demand.cpu,
-        memory_mib=usage.memory_mib + demand.host_memory,
-        gpu_tasks=usage.gpu_tasks + (1 if choice.gpus else 0),
-    )
+    return taken(node, usage, choice.gpus, choice.memory, choice.cores, demand.exclusive, demand.cpu,
+                 demand.host_memory)

@@ -101,7 +101,8 @@ def learn_mix(
 
     Requests are PodRequests (GPUs, share, CPU, memory and allowed models count) or (gpus, milli) pairs;
     requests for no GPU are left out (they cannot use GPU capacity). Each shape weighs its count, divided,
-    when `nodes` are given, by the GPUs of the nodes that could ever host it: a kind of task that only a
+    when `nodes` are given, by the GPU capacity such tasks could take on an empty cluster (per node, as
+    many of them as its cards, CPU and memory allow): a kind of task that only a
     few nodes can take counts for more on those nodes, so that they are kept for it. Shapes no node can
     host are dropped, and so are the lightest beyond `coverage` of the weight (and beyond `max_shapes`).
     The empty mix means "use default_mix()".
@@ -156,16 +157,25 @@ def _host_shapes(nodes: Iterable[Node]) -> _Hosts:
     return hosts
 
 
-def _supply(hosts: _Hosts, gpus: int, milli: int, cpu: int, memory: int, models: tuple[str, ...]) -> int:
-    """GPUs on the nodes that could host one such task on an empty cluster."""
+def _supply(hosts: _Hosts, gpus: int, milli: int, cpu: int, memory: int, models: tuple[str, ...]) -> float:
+    """GPU capacity (GPUs) that such tasks could take on an empty cluster.
+
+    Per node, as many such tasks as its cards, CPU and memory allow, times what each takes of the cards:
+    a node whose CPU runs out after one task supplies that task's GPUs, not all of its cards.
+    """
     wanted = tuple(m.lower() for m in models)
-    total = 0
+    total = 0.0
     for (model, healthy, node_cpu, node_memory), count in hosts.items():
         if healthy < gpus or (wanted and not any(m in model for m in wanted)):
             continue
         if (node_cpu and node_cpu < cpu) or (node_memory and node_memory < memory):
             continue
-        total += healthy * count
+        tasks = healthy * (MILLI // milli) if gpus == 1 else healthy // gpus
+        if cpu and node_cpu:
+            tasks = min(tasks, node_cpu // cpu)
+        if memory and node_memory:
+            tasks = min(tasks, node_memory // memory)
+        total += tasks * gpus * milli / MILLI * count
     return total
 
 

@@ -6,13 +6,13 @@ module globals, so tests build as many independent apps as they like.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from . import jsoncodec
 from .admission import AdmissionCore, AdmissionHandler, Answer, real_core
 from .metrics import AdmissionMetrics
 from .policyholder import PolicyHolder
@@ -122,4 +122,4 @@ def _discard_body(length: int) -> None:
 
 def _json(answer: Answer) -> Response:
     payload: Any = answer.body
-    return Response(json.dumps(payload, separators=(",", ":")), answer.http_status, mimetype="application/json")
+    return Response(jsoncodec.dumps(payload), answer.http_status, mimetype="application/json")

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
+from . import jsoncodec
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server itself caps objects at 3 MiB
 MAX_WARNING_CHARS = 119  # "under 120 characters"
-# One encoder for every patch: json.dumps with options builds a new encoder on each call.
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 class GroupVersionKind(TypedDict):
@@ -154,7 +154,7 @@ def patched(uid: str, patch: Iterable[Mapping[str, Any]]) -> AdmissionResponse:
     ops = [op if type(op) is dict else dict(op) for op in patch]  # the JSON encoder wants dicts
     if not ops:
         return allowed(uid)
-    encoded = base64.b64encode(_COMPACT.encode(ops).encode()).decode("ascii")
+    encoded = base64.b64encode(jsoncodec.dumps(ops)).decode("ascii")
     return {"uid": uid, "allowed": True, "patch": encoded, "patchType": "JSONPatch"}
 
 

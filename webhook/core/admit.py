@@ -111,7 +111,7 @@ def _normalise(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRe
             cores = max(1, min(100, math.ceil(100 * request.memory_mib / max(smallest, 1))))
         else:
             cores = 100
-    return replace(request, cores=cores, memory_pct=memory_pct)
+    return request.evolve(cores=cores, memory_pct=memory_pct)
 
 
 def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
@@ -198,7 +198,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
                                   f"pod carries GPU memory/compute resources next to its {ANNOTATION}: another "
                                   "webhook or the user changed it; remove the annotation and resubmit"), None
         # The annotation is where the first pass moved memory and compute; it is the request now.
-        request = replace(request, memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
+        request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
         mismatch = _env_mismatch(request, recorded, policy.backend_for(request.namespace))
         if mismatch:
             return request, _deny(403, "isolation-env", mismatch), recorded

@@ -303,11 +303,15 @@ def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementCo
         j = i + 1
         while j < len(ordered) and key(ordered[j]) == key(ordered[i]):
             j += 1
-        merged = heapq.merge(*[zip(ordered[k].names, repeat(k)) for k in range(i, j)])
-        for name, k in merged:
-            if len(options) >= ctx.limit:
-                break
-            options.append(option_of(ordered[k], name, ctx))
+        if j == i + 1:  # one class: its names are in order already
+            cand = ordered[i]
+            options.extend(option_of(cand, name, ctx) for name in cand.names[: ctx.limit - len(options)])
+        else:
+            merged = heapq.merge(*[zip(ordered[k].names, repeat(k)) for k in range(i, j)])
+            for name, k in merged:
+                if len(options) >= ctx.limit:
+                    break
+                options.append(option_of(ordered[k], name, ctx))
         i = j
     return options
 

@@ -36,7 +36,7 @@ class GunicornOptions:
     backlog: int = 2048
     max_requests: int = 0
     """Recycle a worker after this many requests (0: never; recycling would drop in-process reservations)."""
-    switch_interval: float = 0.001
+    switch_interval: float = 0.005
     """Seconds a thread may hold the GIL while others wait (Python's default 0.005 inflates tail latency)."""
 
 

@@ -120,7 +120,7 @@ def parse_review(body: bytes) -> IncomingReview:
     if not body.strip():
         raise ReviewError(400, "empty body: expected an AdmissionReview")
     try:
-        data = json.loads(body)
+        data = jsoncodec.loads(body)
     except (ValueError, RecursionError) as err:
         raise ReviewError(400, f"invalid JSON: {_one_line(err)}") from None
     if not isinstance(data, dict):

@@ -124,7 +124,25 @@ def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
     return min(cards, default=None)
 
 
+# Placement contexts by (policy identity, the pod's own choices, namespace); entries hold the policy so
+# that its id is not reused while they exist. A context is immutable by convention.
+_CONTEXTS: dict[tuple[int, str | None, str | None, str], tuple[Policy, PlacementContext]] = {}
+_CONTEXTS_LIMIT = 4096
+
+
 def _context(request: PodRequest, policy: Policy) -> PlacementContext:
+    key = (id(policy), request.placement, request.gpu_placement, request.namespace)
+    hit = _CONTEXTS.get(key)
+    if hit is not None and hit[0] is policy:
+        return hit[1]
+    ctx = _new_context(request, policy)
+    if len(_CONTEXTS) >= _CONTEXTS_LIMIT:
+        _CONTEXTS.clear()
+    _CONTEXTS[key] = (policy, ctx)
+    return ctx
+
+
+def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
     spec = request.placement or policy.placement_for(request.namespace)
     mix = tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
     return PlacementContext(
@@ -313,14 +331,41 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     return ops
 
 
+MODEL_LABEL = "nvidia.com/gpu.product"
+# Required terms by the identity of the (memoised, per node set) eligible tuple; entries hold the tuple so
+# that its id is not reused while they exist.
+_REQUIRED: dict[int, tuple[tuple[str, ...], int, dict[str, Any]]] = {}
+_REQUIRED_LIMIT = 4096
+
+
 def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
-    """Node names when few enough; else the GPU models of the eligible nodes (a pod spec must stay small)."""
-    eligible = sorted(placement.eligible)
-    if len(eligible) <= policy.max_affinity_nodes:
-        return {"key": "metadata.name", "operator": "In", "values": eligible}
-    models = sorted({snapshot.nodes[n].labels.get("nvidia.com/gpu.product") or snapshot.nodes[n].gpu_model
-                     for n in eligible if n in snapshot.nodes})
-    return {"key": "nvidia.com/gpu.product", "operator": "In", "values": models}
+    """The node selector requirement naming the eligible nodes (computed once per eligible set)."""
+    eligible = placement.eligible
+    hit = _REQUIRED.get(id(eligible))
+    if hit is not None and hit[0] is eligible and hit[1] == policy.max_affinity_nodes:
+        term = hit[2]
+    else:
+        term = _required_term(eligible, index_of(snapshot).statics.nodes, policy.max_affinity_nodes)
+        if len(_REQUIRED) >= _REQUIRED_LIMIT:
+            _REQUIRED.clear()
+        _REQUIRED[id(eligible)] = (eligible, policy.max_affinity_nodes, term)
+    return {**term, "values": list(term["values"])}  # the caller's own copy
+
+
+def _required_term(eligible: tuple[str, ...], nodes: Mapping[str, Node], limit: int) -> dict[str, Any]:
+    """The GPU models when the eligible nodes are exactly the nodes labelled with those models (shorter
+    than the names, and a node of those models added later can take a pending pod); else the node names;
+    else, above `limit` names, the models anyway (a pod spec must stay small)."""
+    labels = [nodes[n].labels.get(MODEL_LABEL, "") if n in nodes else "" for n in eligible]
+    models = set(labels)
+    if all(labels) and len(models) < len(eligible):
+        labelled = sum(1 for node in nodes.values() if node.labels.get(MODEL_LABEL) in models)
+        if labelled == len(eligible):
+            return {"key": MODEL_LABEL, "operator": "In", "values": sorted(models)}
+    if len(eligible) <= limit:
+        return {"key": "metadata.name", "operator": "In", "values": list(eligible)}
+    beyond = sorted({nodes[n].labels.get(MODEL_LABEL) or nodes[n].gpu_model for n in eligible if n in nodes})
+    return {"key": MODEL_LABEL, "operator": "In", "values": beyond}
 
 
 __all__ = ["mutate", "validate", "is_managed", "TopologyPreference"]

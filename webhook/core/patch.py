@@ -27,6 +27,13 @@ Op = dict[str, Any]
 _RECORD_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
+@lru_cache(maxsize=1024)
+def record_value(allocation: Allocation) -> str:
+    """The annotation's text (canonical JSON). Memoised: the standard library's encoder costs more than
+    the rest of the patch, and the same allocation recurs (a node's free GPUs, a re-invoked webhook)."""
+    return _RECORD_JSON.encode(allocation_to_json(allocation))
+
+
 def _copy(value: Any) -> Any:
     """A deep copy of a JSON-like value, so that an operation never shares a member with the pod.
     Much cheaper than copy.deepcopy for the dicts, lists and scalars that decoded JSON is made of."""
@@ -148,7 +155,7 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
 def record_ops(pod: Mapping[str, Any], allocation: Allocation) -> list[Op]:
     """The decision annotation and the managed label."""
     meta = _map(pod.get("metadata"))
-    value = _RECORD_JSON.encode(allocation_to_json(allocation))
+    value = record_value(allocation)
     ops: list[Op] = []
     for key, name, wanted in (("annotations", ANNOTATION, value), ("labels", MANAGED_LABEL, "true")):
         current = meta.get(key)

@@ -204,7 +204,7 @@ def containers_of(spec: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str,
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     """Cheap test for the webhook's fast path: DESIGN's GPU-pod definition, nothing more."""
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
-    if any(key in annotations for key in GPU_REQUEST_ANNOTATIONS):
+    if annotations and not GPU_REQUEST_ANNOTATIONS.isdisjoint(annotations):
         return True
     spec = mapping_of(pod.get("spec"))
     for _, _, container in containers_of(spec):

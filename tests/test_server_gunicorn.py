@@ -24,7 +24,7 @@ def test_settings_load_into_gunicorn(tmp_path: Path) -> None:
     assert server.load() == "the app"
 
 
-def test_worker_init_shortens_the_gil_switch_interval() -> None:
+def test_worker_init_sets_the_gil_switch_interval() -> None:
     hook = gunicorn_settings(GunicornOptions(switch_interval=0.002), None)["post_worker_init"]
     before = sys.getswitchinterval()
     try:

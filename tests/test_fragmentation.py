@@ -70,19 +70,31 @@ def test_share_left_over_by_whole_numbers_of_tasks_counts() -> None:
 
 def test_cpu_limits_how_many_tasks_the_free_cards_can_still_take() -> None:
     n = node(4, cpu=32000)
-    mix = (WorkloadShape(1, 1000, cpu_milli=12000),)
-    free = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=8000)  # 24 cores left: two tasks
+    mix = (WorkloadShape(1, 500, cpu_milli=6000),)
+    free = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=8000)  # 24 cores left: four tasks, two cards
     assert node_fragmentation(n, free, mix) == pytest.approx((2.0 + 0.0) / 2)
     assert node_fragmentation(n, free, mix, paper=True) == 0.0  # one more still fits, so the paper sees none
-    starved = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=24000)
+    starved = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=28000)
     assert node_fragmentation(n, starved, mix) == node_fragmentation(n, starved, mix, paper=True) == 4.0
+
+
+def test_whole_card_kinds_keep_the_next_task_view() -> None:
+    # Cards a whole-card kind's CPU would strand stay whole, for lighter kinds to take: not counted.
+    n = node(4, cpu=32000)
+    mix = (WorkloadShape(1, 1000, cpu_milli=12000),)
+    free = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=8000)  # 24 cores left: two tasks
+    assert node_fragmentation(n, free, mix) == node_fragmentation(n, free, mix, paper=True) == 0.0
+    starved = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=24000)
+    assert node_fragmentation(n, starved, mix) == 4.0
+    odd = usage(WHOLE, GpuUsage(), GpuUsage(), GpuUsage())  # three free cards: one 2-GPU task, one card over
+    assert node_fragmentation(n, odd, (WorkloadShape(2, 1000),)) == 0.0
 
 
 def test_host_memory_limits_too() -> None:
     n = node(2, memory=100000)
-    mix = (WorkloadShape(1, 1000, memory_mib=60000),)
-    # One task's memory leaves one card unusable once filled; the next task still fits.
-    assert node_fragmentation(n, usage(GpuUsage(), GpuUsage()), mix) == pytest.approx((1.0 + 0.0) / 2)
+    mix = (WorkloadShape(1, 500, memory_mib=60000),)
+    # One task's memory leaves a card and a half unusable once filled; the next task still fits.
+    assert node_fragmentation(n, usage(GpuUsage(), GpuUsage()), mix) == pytest.approx((1.5 + 0.0) / 2)
 
 
 def test_a_kind_the_model_excludes_finds_everything_fragmented() -> None:

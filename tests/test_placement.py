@@ -304,10 +304,10 @@ def test_every_policy_places_a_pod_without_gpus_only_where_it_fits(policy: str) 
 def test_fragmentation_scores_a_pod_without_gpus_by_the_fragmentation_its_cpu_causes() -> None:
     nodes = cluster(pcie_box("t1"), pcie_box("t2", cpu=64_000))
     index = NodeIndex.build(nodes, {})
-    mix = (WorkloadShape(gpus=1, milli=1000, cpu_milli=8_000),)
+    mix = (WorkloadShape(gpus=1, milli=500, cpu_milli=4_000),)
     pod = cpu_pod(16_000)
     found = place(pod, index, PlacementContext(policy="fragmentation", workload_mix=mix))
-    # On t1 the 16 cores left host two such tasks where four cards are free: half the node is stranded.
+    # On t1 the 16 cores left host four such half-card tasks where four cards are free: half the node is stranded.
     assert nodes_of(found.options) == ["t2", "t1"]
     for option in found.options:
         before = index.usage(option.node)

@@ -7,10 +7,12 @@ fragmentation is its expected value over the workload mix. Placing each pod wher
 grows least (FGD) keeps the cluster able to host what is likely to come next.
 
 This module's measure refines it in three ways:
-- "cannot use" is looked at over two horizons and averaged: the paper's (what the next task of a kind
-  could not use now) and the filled node's (what is left once as many tasks of that kind as the cards,
-  CPU and memory allow have been placed). The second sees a node whose CPU will run out before its
-  GPUs do, and the share of a card that no whole number of such tasks fills, before it is too late;
+- for kinds of task that share cards, "cannot use" is looked at over two horizons and averaged: the
+  paper's (what the next task of a kind could not use now) and the filled node's (what is left once as
+  many tasks of that kind as the cards, CPU and memory allow have been placed). The second sees the
+  share of a card that no whole number of such tasks fills, and a node whose CPU will run out before
+  its GPUs do, before it is too late. Whole-card kinds keep the paper's view: what they leave unused
+  is whole cards, which lighter kinds can still take;
 - kinds of task that only a few nodes can host weigh more on those nodes (`learn_mix` with the nodes),
   so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on small tasks;
 - equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
@@ -278,7 +280,8 @@ def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
 
 @lru_cache(maxsize=1 << 18)
 def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
-    """Free thousandths a task from the mix cannot use: the mean of two horizons, per kind of task.
+    """Free thousandths a task from the mix cannot use: per kind of task that shares cards, the mean of two
+    horizons; per whole-card kind, the next-task one.
 
     Next task (the paper's view): what one more such task could not use now. Filled node: what is left
     once as many such tasks as the cards, CPU and memory allow have been placed.
@@ -302,13 +305,19 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
             stranded = total if fitting < gpus else sum(f for f in free if f < milli)
             found = cards[(gpus, milli)] = (slots, stranded)
         slots, stranded = found
+        next_task = total if cpu < cpu_need or memory < memory_need else stranded
+        if milli == MILLI:
+            # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
+            # never a piece of one; cards stranded only by this kind's CPU or memory (or by its GPU count)
+            # stay usable by the lighter kinds of the mix, which the expectation counts in their own right.
+            expected += weight * next_task
+            continue
         tasks = slots
         if cpu_need and tasks:
             tasks = min(tasks, cpu // cpu_need)
         if memory_need and tasks:
             tasks = min(tasks, memory // memory_need)
         filled = total - tasks * gpus * milli
-        next_task = total if cpu < cpu_need or memory < memory_need else stranded
         expected += weight * (filled + next_task) / 2
     return expected / MILLI
 

@@ -16,7 +16,7 @@ from typing import Any
 from webhook.core.model import Decision
 
 from . import review as rv
-from .logs import ADMISSION_LOGGER, admission_fields
+from .logs import ADMISSION_LOGGER, FIELDS, admission_fields
 from .metrics import AdmissionMetrics
 from .policyholder import PolicyHolder
 from .source import SnapshotSource
@@ -140,7 +140,7 @@ class AdmissionHandler:
             duration_ms=elapsed * 1000.0,
             dry_run=incoming.dry_run,
         )
-        log.info("admission", extra=fields)
+        log.info("admission", extra={FIELDS: fields})
         return Answer(200, rv.envelope(incoming.api_version, outcome.response))
 
     def _count(self, endpoint: str, outcome: _Outcome, seconds: float) -> None:

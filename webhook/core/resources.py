@@ -289,16 +289,26 @@ def _choice(
 
 def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: _Notes) -> dict[str, Any]:
     """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does."""
-    restartable = {
-        i for i, c in enumerate(list_of(spec.get("initContainers"))) if mapping_of(c).get("restartPolicy") == "Always"
-    }
-    app = [c for c in containers if not c.init]
-    init = [c for c in containers if c.init]
-
-    def effective(get: Any) -> int:
-        return _effective([get(c) for c in app], [(get(c), c.index in restartable) for c in init])
-
     gpu_requests = [c.gpu for c in containers if c.gpu is not None]
+    if any(c.init for c in containers):
+        restartable = {
+            i
+            for i, c in enumerate(list_of(spec.get("initContainers")))
+            if mapping_of(c).get("restartPolicy") == "Always"
+        }
+        app = [c for c in containers if not c.init]
+        init = [c for c in containers if c.init]
+
+        def effective(get: Any) -> int:
+            return _effective([get(c) for c in app], [(get(c), c.index in restartable) for c in init])
+
+        gpus = effective(lambda c: c.gpu.count if c.gpu else 0)
+        cpu = effective(lambda c: c.cpu_milli)
+        memory = effective(lambda c: c.memory_mib)
+    else:  # the usual pod: the effective request is the sum
+        gpus = sum(g.count for g in gpu_requests)
+        cpu = sum(c.cpu_milli for c in containers)
+        memory = sum(c.memory_mib for c in containers)
     exclusive = any(g.memory_mib is None and g.memory_pct is None and g.cores is None for g in gpu_requests)
 
     def peak(values: list[int | None]) -> int | None:
@@ -306,16 +316,23 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
         return None if exclusive or not given else max(given)
 
     overhead = mapping_of(spec.get("overhead"))
+    if overhead:
+        if "cpu" in overhead:
+            cpu += _host_value("cpu", overhead["cpu"], "overhead", notes)
+        if "memory" in overhead:
+            memory += _host_value("memory", overhead["memory"], "overhead", notes)
     return {
-        "gpus": effective(lambda c: c.gpu.count if c.gpu else 0),
+        "gpus": gpus,
         "memory_mib": peak([g.memory_mib for g in gpu_requests]),
         "memory_pct": peak([g.memory_pct for g in gpu_requests]),
         "cores": peak([g.cores for g in gpu_requests]),
-        "cpu_milli": effective(lambda c: c.cpu_milli)
-        + (_host_value("cpu", overhead["cpu"], "overhead", notes) if "cpu" in overhead else 0),
-        "memory_mib_host": effective(lambda c: c.memory_mib)
-        + (_host_value("memory", overhead["memory"], "overhead", notes) if "memory" in overhead else 0),
+        "cpu_milli": cpu,
+        "memory_mib_host": memory,
     }
+
+
+# Requests are made by evolve() from this one: a frozen dataclass's __init__ costs a call per field.
+_BLANK_REQUEST = PodRequest(namespace="", name="")
 
 
 def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodRequest:
@@ -382,7 +399,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     name = metadata.get("name") or metadata.get("generateName") or ""
     scheduler = spec.get("schedulerName")
     node_name = spec.get("nodeName")
-    return PodRequest(
+    return _BLANK_REQUEST.evolve(
         namespace=namespace or str(metadata.get("namespace") or "default"),
         name=str(name),
         containers=tuple(containers),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jsonpatch
@@ -65,6 +66,35 @@ def test_required_affinity_lists_eligible_nodes_and_preferred_ranks_the_best() -
     preferred = node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [p["preference"]["matchFields"][0]["values"][0] for p in preferred][0] == "h1"
     assert [p["weight"] for p in preferred] == [100, 90]
+
+
+def _required_terms(snap, request: dict) -> list:
+    _, patched, _ = chain(pod(request), snap)
+    return patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+
+
+def test_required_affinity_names_the_gpu_models_when_eligible_nodes_are_all_nodes_of_those_models() -> None:
+    snap = snapshot(node("h1", H100, 8), node("h2", H100, 8), node("h3", H100, 8), node("a1", A100, 8, "paired"))
+    by_model = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100[0], H100[0]]}
+    assert _required_terms(snap, {"nvidia.com/gpu": 1}) == [{"matchExpressions": [by_model]}]
+
+
+def test_required_affinity_names_nodes_when_some_node_of_the_model_is_not_eligible() -> None:
+    small = node("h4", H100, 2)  # an H100 node too small for an 8-GPU pod
+    snap = snapshot(node("h1", H100, 8), node("h2", H100, 8), node("h3", H100, 8), small)
+    names = {"key": "metadata.name", "operator": "In", "values": ["h1", "h2", "h3"]}
+    assert _required_terms(snap, {"nvidia.com/gpu": 8}) == [{"matchFields": [names]}]
+    # The same cluster for a 1-GPU pod: every H100 node is eligible, so the model says it in one word.
+    by_model = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100[0]]}
+    assert _required_terms(snap, {"nvidia.com/gpu": 1}) == [{"matchExpressions": [by_model]}]
+
+
+def test_required_affinity_names_nodes_that_carry_no_model_label() -> None:
+    unlabelled = [dataclasses.replace(node(n, H100, 8), labels={}) for n in ("h1", "h2", "h3")]
+    names = {"key": "metadata.name", "operator": "In", "values": ["h1", "h2", "h3"]}
+    assert _required_terms(snapshot(*unlabelled), {"nvidia.com/gpu": 1}) == [{"matchFields": [names]}]
 
 
 def test_existing_node_affinity_terms_are_anded_with_ours() -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from . import patch as patches
 from .limits import is_limit_env, limit_env
@@ -124,22 +124,39 @@ def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
     return min(cards, default=None)
 
 
-# Placement contexts by (policy identity, the pod's own choices, namespace); entries hold the policy so
-# that its id is not reused while they exist. A context is immutable by convention.
-_CONTEXTS: dict[tuple[int, str | None, str | None, str], tuple[Policy, PlacementContext]] = {}
-_CONTEXTS_LIMIT = 4096
+T = TypeVar("T")
+
+
+class _ByIdentity:
+    """A bounded memo keyed by the identity of an object (plus a hashable detail). Each entry holds its
+    object, so that the id is not reused while the entry exists; everything is dropped when full."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self.entries: dict[tuple[int, Any], tuple[object, Any]] = {}
+
+    def get(self, owner: object, detail: Any, make: Callable[[], T]) -> T:
+        key = (id(owner), detail)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0] is owner:
+            found: T = hit[1]
+            return found
+        value = make()
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[key] = (owner, value)
+        return value
+
+
+# Placement contexts by policy and the pod's own choices (a context is immutable by convention), and
+# required affinity terms by eligible set (memoised per node set by the placement, so one tuple each).
+_CONTEXTS = _ByIdentity()
+_REQUIRED = _ByIdentity()
 
 
 def _context(request: PodRequest, policy: Policy) -> PlacementContext:
-    key = (id(policy), request.placement, request.gpu_placement, request.namespace)
-    hit = _CONTEXTS.get(key)
-    if hit is not None and hit[0] is policy:
-        return hit[1]
-    ctx = _new_context(request, policy)
-    if len(_CONTEXTS) >= _CONTEXTS_LIMIT:
-        _CONTEXTS.clear()
-    _CONTEXTS[key] = (policy, ctx)
-    return ctx
+    return _CONTEXTS.get(policy, (request.placement, request.gpu_placement, request.namespace),
+                         lambda: _new_context(request, policy))
 
 
 def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
@@ -332,23 +349,12 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
 
 
 MODEL_LABEL = "nvidia.com/gpu.product"
-# Required terms by the identity of the (memoised, per node set) eligible tuple; entries hold the tuple so
-# that its id is not reused while they exist.
-_REQUIRED: dict[int, tuple[tuple[str, ...], int, dict[str, Any]]] = {}
-_REQUIRED_LIMIT = 4096
 
 
 def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
     """The node selector requirement naming the eligible nodes (computed once per eligible set)."""
-    eligible = placement.eligible
-    hit = _REQUIRED.get(id(eligible))
-    if hit is not None and hit[0] is eligible and hit[1] == policy.max_affinity_nodes:
-        term = hit[2]
-    else:
-        term = _required_term(eligible, index_of(snapshot).statics.nodes, policy.max_affinity_nodes)
-        if len(_REQUIRED) >= _REQUIRED_LIMIT:
-            _REQUIRED.clear()
-        _REQUIRED[id(eligible)] = (eligible, policy.max_affinity_nodes, term)
+    eligible, limit = placement.eligible, policy.max_affinity_nodes
+    term = _REQUIRED.get(eligible, limit, lambda: _required_term(eligible, index_of(snapshot).statics.nodes, limit))
     return {**term, "values": list(term["values"])}  # the caller's own copy
 
 

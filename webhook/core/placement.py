@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import repeat
+from typing import Any
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
@@ -222,18 +223,29 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     cands = _candidates(index, demand, ctx, rejected, collected)
     if eligible is None:
         assert collected is not None
-        if len(memo) >= _ELIGIBLE_MEMO:
-            memo.clear()
-        eligible = memo[key] = tuple(sorted(collected))
-    topology_first = demand.count > 1 and demand.topology_aware
+        eligible = _remember(memo, key, collected)
     for cand in cands:
         cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
+    topology_first = demand.count > 1 and demand.topology_aware
+    options = _ranked(cands, topology_first, request, demand, index, ctx)
+    return Placement(eligible=eligible, options=options, rejected=rejected)
+
+
+def _remember(memo: dict[Any, tuple[str, ...]], key: Any, collected: list[str]) -> tuple[str, ...]:
+    """Store an eligible set in the statics' memo (dropped whole when full); returns it sorted."""
+    if len(memo) >= _ELIGIBLE_MEMO:
+        memo.clear()
+    eligible = memo[key] = tuple(sorted(collected))
+    return eligible
+
+
+def _ranked(cands: list[Candidate], topology_first: bool, request: PodRequest, demand: Demand, index: NodeIndex,
+            ctx: PlacementContext) -> tuple[Option, ...]:
+    """The best options among the candidates, by the context's policy."""
     if ctx.policy == "random":
-        options = _random_options(cands, topology_first, ctx)
-    else:
-        score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
-        options = _best_options(cands, topology_first, ctx)
-    return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
+        return tuple(_random_options(cands, topology_first, ctx))
+    score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
+    return tuple(_best_options(cands, topology_first, ctx))
 
 
 def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext) -> Placement:
@@ -264,15 +276,8 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
             else:
                 cands.append(Candidate(state, node_class.names, _NO_GPU, _NO_FIT, 0))
     if eligible is None:
-        if len(memo) >= _ELIGIBLE_MEMO:
-            memo.clear()
-        eligible = memo[key] = tuple(sorted(collected))
-    if ctx.policy == "random":
-        options = _random_options(cands, False, ctx)
-    else:
-        score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
-        options = _best_options(cands, False, ctx)
-    return Placement(eligible=eligible, options=tuple(options), rejected=rejected)
+        eligible = _remember(memo, key, collected)
+    return Placement(eligible=eligible, options=_ranked(cands, False, request, demand, index, ctx), rejected=rejected)
 
 
 def _host_verdict(node: Node, demand: Demand) -> str:

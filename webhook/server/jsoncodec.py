@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 
-_STDLIB_COMPACT = json.JSONEncoder(separators=(",", ":"))
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19  # -9223372036854775809 is the shortest integer orjson cannot hold
 
@@ -38,6 +37,4 @@ def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     try:
         return orjson.dumps(value, default=default)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        if default is None:
-            return _STDLIB_COMPACT.encode(value).encode()  # ASCII: non-ASCII is escaped
-        return json.dumps(value, default=default, separators=(",", ":")).encode()
+        return json.dumps(value, default=default, separators=(",", ":")).encode()  # ASCII: non-ASCII escaped

@@ -140,12 +140,11 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
         term[field] = items
     node_aff[REQUIRED] = {**_map(node_aff.get(REQUIRED)), "nodeSelectorTerms": terms}
     prefs = list(node_aff.get(PREFERRED) or [])
-    present = [_map(p).get("preference") for p in prefs]
-    for i, name in enumerate(preferred):
+    present = [_map(p).get("preference") for p in prefs]  # the pod's own: only they can repeat a name
+    for i, name in enumerate(dict.fromkeys(preferred)):
         preference = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
-        if preference not in present:
+        if not present or preference not in present:
             prefs.append({"weight": max(100 - 10 * i, 1), "preference": preference})
-            present.append(preference)
     if prefs:
         node_aff[PREFERRED] = prefs
     affinity["nodeAffinity"] = node_aff

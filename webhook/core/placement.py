@@ -9,12 +9,10 @@ thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU
 
 from __future__ import annotations
 
-import heapq
 import random
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from itertools import repeat
+from dataclasses import dataclass, field
 from typing import Any
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
@@ -297,26 +295,21 @@ _NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
 
 def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
     """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
-
-    def key(c: Candidate) -> tuple[float, float]:
-        return (c.loss if topology_first else 0.0, -c.score)
-
-    ordered = sorted(cands, key=lambda c: (key(c), c.names[0]))
+    limit = ctx.limit
+    ranked = sorted(((c.loss if topology_first else 0.0, -c.score, c.names[0], k) for k, c in enumerate(cands)))
     options: list[Option] = []
     i = 0
-    while i < len(ordered) and len(options) < ctx.limit:
+    while i < len(ranked) and len(options) < limit:
         j = i + 1
-        while j < len(ordered) and key(ordered[j]) == key(ordered[i]):
+        while j < len(ranked) and ranked[j][:2] == ranked[i][:2]:
             j += 1
+        need = limit - len(options)
         if j == i + 1:  # one class: its names are in order already
-            cand = ordered[i]
-            options.extend(option_of(cand, name, ctx) for name in cand.names[: ctx.limit - len(options)])
-        else:
-            merged = heapq.merge(*[zip(ordered[k].names, repeat(k)) for k in range(i, j)])
-            for name, k in merged:
-                if len(options) >= ctx.limit:
-                    break
-                options.append(option_of(ordered[k], name, ctx))
+            cand = cands[ranked[i][3]]
+            options.extend(option_of(cand, name, ctx) for name in cand.names[:need])
+        else:  # equal classes: the first names of each, interleaved by name
+            names = sorted((name, k) for _, _, _, k in ranked[i:j] for name in cands[k].names[:need])
+            options.extend(option_of(cands[k], name, ctx) for name, k in names[:need])
         i = j
     return options
 
@@ -339,7 +332,7 @@ def _random_options(cands: list[Candidate], topology_first: bool, ctx: Placement
             k = bisect_right(bounds, drawn)
             start = bounds[k - 1] if k else 0
             option = option_of(group[k], group[k].names[drawn - start], ctx)
-            options.append(replace(option, score=float(ctx.limit - len(options))))
+            options.append(option._replace(score=float(ctx.limit - len(options))))
         if len(options) >= ctx.limit:
             break
     return options

@@ -185,15 +185,8 @@ def _fragmentation_scores(
 
 def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:
     choice = cand.choice
-    return Option(
-        node=name,
-        gpus=choice.gpus,
-        memory_mib=choice.memory,
-        cores=choice.cores,
-        topology=choice.topology,
-        loss=expected_loss(choice.topology, ctx.topology_loss),
-        score=cand.score,
-    )
+    loss = expected_loss(choice.topology, ctx.topology_loss)
+    return Option(name, choice.gpus, choice.memory, choice.cores, choice.topology, loss, cand.score)
 
 
 def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:

@@ -342,8 +342,10 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
     if placement is not None and request.scheduler_name in DEFAULT_SCHEDULERS:
-        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy),
-                                    [o.node for o in placement.options[: policy.preferred_nodes]])
+        preferred = []
+        for option in placement.options[: policy.preferred_nodes]:
+            preferred.append(option.node)
+        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy), preferred)
     ops += patches.record_ops(pod, allocation)
     return ops
 

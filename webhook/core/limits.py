@@ -7,24 +7,27 @@ client reads CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LI
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 BACKEND_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 _MEMORY_VAR = re.compile(r"^CUDA_DEVICE_MEMORY_LIMIT(_\d+)?$")
 
 
-def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> list[tuple[str, str]]:
-    """The (name, value) pairs a container with `gpus` devices of `memory_mib` and `cores` % each gets."""
+@lru_cache(maxsize=512)
+def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tuple[str, str], ...]:
+    """The (name, value) pairs a container with `gpus` devices of `memory_mib` and `cores` % each gets.
+    Memoised: every admission asks, and a cluster has few distinct slices."""
     if backend == "none" or gpus <= 0:
-        return []
+        return ()
     if backend == "hami-core":
         env = [(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", f"{memory_mib}m") for i in range(gpus)]
         if cores < 100:
             env.append(("CUDA_DEVICE_SM_LIMIT", str(cores)))
-        return env
+        return tuple(env)
     if backend == "mps":
         pinned = ",".join(f"{i}={memory_mib}M" for i in range(gpus))
-        return [("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", pinned)]
+        return ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", pinned)
     raise ValueError(f"unknown enforcement backend {backend!r}")
 
 

@@ -39,9 +39,15 @@ def _copy(value: Any) -> Any:
     Much cheaper than copy.deepcopy for the dicts, lists and scalars that decoded JSON is made of."""
     kind = type(value)
     if kind is dict:
-        return {k: _copy(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            out[k] = _copy(v)
+        return out
     if kind is list:
-        return [_copy(v) for v in value]
+        items = []
+        for v in value:
+            items.append(_copy(v))
+        return items
     if kind in (str, int, float, bool) or value is None:
         return value
     return copy.deepcopy(value)
@@ -75,9 +81,13 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         if c.gpu is None or c.gpu.count <= 0:
             continue
         existing = container_of(pod, c).get("env")
-        env = [_copy(e) for e in existing] if isinstance(existing, list) else []
+        env: list[Any] = _copy(existing) if isinstance(existing, list) else []
+        present: set[tuple[str, str]] = set()  # literal name=value pairs the container already has
+        for e in env:
+            if is_mapping(e) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
+                present.add((e["name"], e["value"]))
         for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
-            if not any(is_mapping(e) and e.get("name") == name and e.get("value") == value for e in env):
+            if (name, value) not in present:
                 env.append({"name": name, "value": value})
         ops += _set((*_base(c), "env"), existing, env)
     return ops
@@ -89,8 +99,8 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     ops: list[Op] = []
     for c in request.containers:
         old = container_of(pod, c).get("resources")
-        resources = {k: _copy(v) for k, v in _map(old).items()}
-        for section in ("limits", "requests"):
+        resources: dict[str, Any] = _copy(dict(_map(old)))
+        for section in ("limits", "requests") if c.moved_resources else ():
             if is_mapping(resources.get(section)):
                 resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
         count_name = count_resource.get(c.gpu.vendor) if c.gpu is not None else None
@@ -114,9 +124,12 @@ def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:
 def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> list[Op]:
     """Add each wanted toleration unless one already tolerates the same taint; never duplicate."""
     existing = _map(pod.get("spec")).get("tolerations")
-    tolerations = [_copy(t) for t in existing] if isinstance(existing, list) else []
+    tolerations: list[Any] = _copy(existing) if isinstance(existing, list) else []
     for tol in wanted:
-        if not any(is_mapping(t) and _covers(t, tol) for t in tolerations):
+        for have in tolerations:
+            if is_mapping(have) and _covers(have, tol):
+                break
+        else:
             tolerations.append(dict(tol))
     if not tolerations:
         return []
@@ -128,7 +141,7 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     add preferred terms ranking the `preferred` nodes, best first."""
     spec = _map(pod.get("spec"))
     old = spec.get("affinity")
-    affinity = {k: _copy(v) for k, v in _map(old).items()}
+    affinity: dict[str, Any] = _copy(dict(_map(old)))
     node_aff = dict(_map(affinity.get("nodeAffinity")))
     field = "matchFields" if required.get("key") == "metadata.name" else "matchExpressions"
     terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")
@@ -140,7 +153,7 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
         term[field] = items
     node_aff[REQUIRED] = {**_map(node_aff.get(REQUIRED)), "nodeSelectorTerms": terms}
     prefs = list(node_aff.get(PREFERRED) or [])
-    present = [_map(p).get("preference") for p in prefs]  # the pod's own: only they can repeat a name
+    present = [_map(p).get("preference") for p in prefs] if prefs else []  # only the pod's own can repeat a name
     for i, name in enumerate(dict.fromkeys(preferred)):
         preference = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
         if not present or preference not in present:

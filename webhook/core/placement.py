@@ -44,6 +44,7 @@ DEFAULT_LOSS: Mapping[TopologyClass, float] = {
 }
 
 _ELIGIBLE_MEMO = 256
+_NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
 
 POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 
@@ -128,7 +129,7 @@ def _candidates(
         if include is not None:
             _restricted(index, shape, verdict, demand, token, gpu_policy, include, True, out, reject, eligible)
             continue
-        special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape}
+        special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape} if exclude else _NONE
         if special:
             _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible)
             if eligible is not None:
@@ -138,7 +139,8 @@ def _candidates(
         # Nodes without room for the pod on any GPU are counted, never looked at.
         first = verdict.first_bucket
         busy = index.count_below(shape, first)
-        busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
+        if special:
+            busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
         reject("busy", busy)
         allowed = verdict.allowed
         key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
@@ -294,9 +296,13 @@ _NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
 
 
 def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
-    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
+    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes.
+    Plain loops: this runs on every admission (see resources._pod_level)."""
     limit = ctx.limit
-    ranked = sorted(((c.loss if topology_first else 0.0, -c.score, c.names[0], k) for k, c in enumerate(cands)))
+    ranked = []
+    for k, c in enumerate(cands):
+        ranked.append((c.loss if topology_first else 0.0, -c.score, c.names[0], k))
+    ranked.sort()
     options: list[Option] = []
     i = 0
     while i < len(ranked) and len(options) < limit:
@@ -306,10 +312,12 @@ def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementCo
         need = limit - len(options)
         if j == i + 1:  # one class: its names are in order already
             cand = cands[ranked[i][3]]
-            options.extend(option_of(cand, name, ctx) for name in cand.names[:need])
+            for name in cand.names[:need]:
+                options.append(option_of(cand, name, ctx))
         else:  # equal classes: the first names of each, interleaved by name
             names = sorted((name, k) for _, _, _, k in ranked[i:j] for name in cands[k].names[:need])
-            options.extend(option_of(cands[k], name, ctx) for name, k in names[:need])
+            for name, k in names[:need]:
+                options.append(option_of(cands[k], name, ctx))
         i = j
     return options
 

@@ -288,9 +288,23 @@ def _choice(
 
 
 def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: _Notes) -> dict[str, Any]:
-    """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does."""
-    gpu_requests = [c.gpu for c in containers if c.gpu is not None]
-    if any(c.init for c in containers):
+    """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does.
+
+    Written as plain loops: this runs on every admission, and each comprehension or closure is one more
+    code object for a cold CPU cache to fetch."""
+    gpus = cpu = memory = 0
+    has_init = False
+    gpu_requests: list[GpuRequest] = []
+    for c in containers:
+        if c.init:
+            has_init = True
+        elif c.gpu is not None:
+            gpus += c.gpu.count
+        if c.gpu is not None:
+            gpu_requests.append(c.gpu)
+        cpu += c.cpu_milli
+        memory += c.memory_mib
+    if has_init:
         restartable = {
             i
             for i, c in enumerate(list_of(spec.get("initContainers")))
@@ -305,16 +319,18 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
         gpus = effective(lambda c: c.gpu.count if c.gpu else 0)
         cpu = effective(lambda c: c.cpu_milli)
         memory = effective(lambda c: c.memory_mib)
-    else:  # the usual pod: the effective request is the sum
-        gpus = sum(g.count for g in gpu_requests)
-        cpu = sum(c.cpu_milli for c in containers)
-        memory = sum(c.memory_mib for c in containers)
-    exclusive = any(g.memory_mib is None and g.memory_pct is None and g.cores is None for g in gpu_requests)
-
-    def peak(values: list[int | None]) -> int | None:
-        given = [v for v in values if v is not None]
-        return None if exclusive or not given else max(given)
-
+    # Per-GPU slices: the largest asked by any container; none when one container wants whole cards.
+    memory_mib = memory_pct = cores = None
+    for g in gpu_requests:
+        if g.memory_mib is None and g.memory_pct is None and g.cores is None:
+            memory_mib = memory_pct = cores = None
+            break
+        if g.memory_mib is not None and (memory_mib is None or g.memory_mib > memory_mib):
+            memory_mib = g.memory_mib
+        if g.memory_pct is not None and (memory_pct is None or g.memory_pct > memory_pct):
+            memory_pct = g.memory_pct
+        if g.cores is not None and (cores is None or g.cores > cores):
+            cores = g.cores
     overhead = mapping_of(spec.get("overhead"))
     if overhead:
         if "cpu" in overhead:
@@ -323,9 +339,9 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
             memory += _host_value("memory", overhead["memory"], "overhead", notes)
     return {
         "gpus": gpus,
-        "memory_mib": peak([g.memory_mib for g in gpu_requests]),
-        "memory_pct": peak([g.memory_pct for g in gpu_requests]),
-        "cores": peak([g.cores for g in gpu_requests]),
+        "memory_mib": memory_mib,
+        "memory_pct": memory_pct,
+        "cores": cores,
         "cpu_milli": cpu,
         "memory_mib_host": memory,
     }
@@ -371,11 +387,18 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
             containers[first] = ContainerRequest(
                 c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
             )
-    vendors = sorted({c.gpu.vendor for c in containers if c.gpu})
+    vendors: set[str] = set()
+    for c in containers:
+        if c.gpu is not None:
+            vendors.add(c.gpu.vendor)
     if len(vendors) > 1:
-        notes.deny("mixed-vendors", 422, f"the pod asks for {' and '.join(vendors)} devices; use one vendor per pod")
-    volume_paths = [mapping_of(mapping_of(v).get("hostPath")).get("path") for v in list_of(spec.get("volumes"))]
-    host_paths = [str(path) for path in volume_paths if is_device_hostpath(path)]
+        shown = " and ".join(sorted(vendors))
+        notes.deny("mixed-vendors", 422, f"the pod asks for {shown} devices; use one vendor per pod")
+    host_paths: list[str] = []
+    for volume in list_of(spec.get("volumes")):
+        path = mapping_of(mapping_of(volume).get("hostPath")).get("path")
+        if is_device_hostpath(path):
+            host_paths.append(str(path))
     gpu_pod = is_gpu_pod(pod)
     if gpu_pod:
         for finding in findings:
@@ -404,7 +427,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         name=str(name),
         containers=tuple(containers),
         uid=str(metadata.get("uid") or ""),
-        vendor=vendors[0] if len(vendors) == 1 else "",
+        vendor=next(iter(vendors)) if len(vendors) == 1 else "",
         models_include=include,
         models_exclude=exclude,
         uuids_include=uuids_in,

@@ -16,7 +16,7 @@ from typing import Any
 from webhook.core.model import Decision
 
 from . import review as rv
-from .logs import ADMISSION_LOGGER, FIELDS, admission_fields
+from .logs import ADMISSION_LOGGER, admission_fields, log_admission
 from .metrics import AdmissionMetrics
 from .policyholder import PolicyHolder
 from .source import SnapshotSource
@@ -94,11 +94,12 @@ class AdmissionHandler:
     ) -> Answer:
         """Answer one request. `declared_length` (Content-Length) lets an oversized body be refused unread."""
         started = time.perf_counter()
-        self.metrics.in_flight.inc()
+        in_flight = self.metrics.in_flight
+        in_flight.append(None)
         try:
             return self._handle(endpoint, content_type, body, declared_length, started)
         finally:
-            self.metrics.in_flight.dec()
+            in_flight.pop()
 
     def _handle(
         self,
@@ -140,7 +141,7 @@ class AdmissionHandler:
             duration_ms=elapsed * 1000.0,
             dry_run=incoming.dry_run,
         )
-        log.info("admission", extra={FIELDS: fields})
+        log_admission(log, fields)
         return Answer(200, rv.envelope(incoming.api_version, outcome.response))
 
     def _count(self, endpoint: str, outcome: _Outcome, seconds: float) -> None:

@@ -95,6 +95,12 @@ class JsonLineHandler(logging.Handler):
         if self._owner != os.getpid():
             self._start_writer()
 
+    def write_entry(self, entry: dict[str, Any]) -> None:
+        """Queue one line made of `entry`, with no LogRecord (see `log_admission`)."""
+        self._pending.append(jsoncodec.dumps(entry, default=str) + b"\n")
+        if self._owner != os.getpid():
+            self._start_writer()
+
     def flush(self) -> None:
         """Write whatever is pending now, in the calling thread."""
         self._drain()
@@ -141,9 +147,13 @@ class JsonLineHandler(logging.Handler):
             return True
 
 
+_configured: JsonLineHandler | None = None  # the root handler configure_logging installed
+
+
 def configure_logging(level: str = "info") -> None:
     """Root logger -> stderr as JSON lines. Called by `serve` only; the app itself configures nothing."""
-    handler = JsonLineHandler()
+    global _configured
+    handler = _configured = JsonLineHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -184,3 +194,34 @@ def admission_fields(
         "duration_ms": round(duration_ms, 3),
         "dry_run": dry_run,
     }
+
+
+def log_admission(logger: logging.Logger, fields: dict[str, Any]) -> None:
+    """The admission line: what `logger.info("admission", extra={FIELDS: fields})` writes.
+
+    When the line can only reach the handler `configure_logging` installed (the server as `serve` runs
+    it), the entry goes to that handler directly: the LogRecord and the dozen calls of the logging chain
+    cost more than a decision once other work has evicted them from the CPU cache. Anywhere else (tests,
+    an application's own handlers or filters), through logging as usual."""
+    handler = _configured
+    if handler is not None and logger.isEnabledFor(logging.INFO) and _only_route(logger, handler):
+        entry: dict[str, Any] = {"time": _timestamp(time.time()), "level": "info", "logger": logger.name,
+                                 "msg": "admission"}
+        entry.update(fields)
+        handler.write_entry(entry)
+    else:
+        logger.info("admission", extra={FIELDS: fields})
+
+
+def _only_route(logger: logging.Logger, handler: logging.Handler) -> bool:
+    """Whether a record from `logger` would reach `handler` and nothing else, unfiltered."""
+    node: Any = logger
+    while node is not None:
+        if node.filters or node.disabled:
+            return False
+        if node.handlers:
+            return node.handlers == [handler] and not handler.filters and handler.level <= logging.INFO
+        if not node.propagate:
+            return False
+        node = node.parent
+    return False

@@ -185,7 +185,13 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
     if option is not None:
         node = snapshot.nodes.get(option.node)
         model = node.gpu_model if node is not None else ""
-        uuids = tuple(node.gpus[i].uuid for i in option.gpus if 0 <= i < len(node.gpus)) if node is not None else ()
+        uuids: tuple[str, ...] = ()
+        if node is not None:
+            found = []
+            for i in option.gpus:
+                if 0 <= i < len(node.gpus):
+                    found.append(node.gpus[i].uuid)
+            uuids = tuple(found)
         return Allocation(option.node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
                           model, option.topology, option.loss, name, uuids)
     card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
@@ -256,7 +262,8 @@ def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
     result = check_quota(request.namespace, allocation.usage(), snapshot)
     if result.exceeded:
         return _deny(403, "quota-exceeded", result.exceeded)
-    warnings.extend(_warn(w) for w in result.warnings)
+    if result.warnings:
+        warnings.extend(_warn(w) for w in result.warnings)
     return None
 
 
@@ -270,7 +277,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     if final is not None:
         return final
     request = _normalise(request, snapshot, policy)
-    warnings: list[str] = list(_warn(w) for w in request.warnings)
+    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     placement: Placement | None = None
     if recorded is None:
         denial, placement = _plan(request, snapshot, policy)
@@ -312,7 +319,7 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     missing = _missing_limits(request, recorded, backend)
     if missing:
         return _deny(403, "limits-missing", missing)
-    warnings: list[str] = list(_warn(w) for w in request.warnings)
+    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     denial = _quota(request, recorded, snapshot, warnings)
     if denial:
         return replace(denial, warnings=tuple(warnings))

@@ -40,8 +40,8 @@ class Demand:
 
 
 def demand_of(request: PodRequest) -> Demand:
-    include = tuple(m.lower() for m in request.models_include if m)
-    exclude = tuple(m.lower() for m in request.models_exclude if m)
+    include = tuple(m.lower() for m in request.models_include if m) if request.models_include else ()
+    exclude = tuple(m.lower() for m in request.models_exclude if m) if request.models_exclude else ()
     required = request.topology is TopologyPreference.REQUIRED
     aware = request.topology is not TopologyPreference.NONE
     exclusive = not request.shared

@@ -315,7 +315,11 @@ def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementCo
             for name in cand.names[:need]:
                 options.append(option_of(cand, name, ctx))
         else:  # equal classes: the first names of each, interleaved by name
-            names = sorted((name, k) for _, _, _, k in ranked[i:j] for name in cands[k].names[:need])
+            names = []
+            for _, _, _, k in ranked[i:j]:
+                for name in cands[k].names[:need]:
+                    names.append((name, k))
+            names.sort()
             for name, k in names[:need]:
                 options.append(option_of(cands[k], name, ctx))
         i = j

@@ -57,6 +57,9 @@ class MixEntry:
     weight: float
 
 
+_NO_RULE = NamespaceRule()  # a namespace without a rule of its own (frozen: shared safely)
+
+
 @dataclass(frozen=True)
 class Policy:
     """Everything configurable about admission. `Policy()` is the documented default."""
@@ -83,7 +86,7 @@ class Policy:
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
 
     def rule(self, namespace: str) -> NamespaceRule:
-        return self.namespaces.get(namespace, NamespaceRule())
+        return self.namespaces.get(namespace, _NO_RULE)
 
     def placement_for(self, namespace: str) -> PlacementSpec:
         return self.rule(namespace).placement or self.placement

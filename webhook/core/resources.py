@@ -88,15 +88,18 @@ def _label(container: Mapping[str, Any], init: bool, index: int) -> str:
 
 def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes: _Notes) -> int | None:
     """A GPU resource value as a whole number within sensible bounds, or None after a violation."""
-    try:
-        quantity = parse_quantity(raw)
-    except QuantityError as err:
-        notes.deny("invalid-quantity", 422, f"{where}: {name}: {err}; write {_hint(field, unit)}")
-        return None
-    if quantity.denominator != 1 or quantity.numerator < 0:  # int tests: Fraction comparisons are slow
-        notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {_hint(field, unit)}")
-        return None
-    value = int(quantity)
+    if type(raw) is str and len(raw) <= 9 and raw.isascii() and raw.isdigit():
+        value = int(raw)  # the usual "1" or "8000": no Fraction needed
+    else:
+        try:
+            quantity = parse_quantity(raw)
+        except QuantityError as err:
+            notes.deny("invalid-quantity", 422, f"{where}: {name}: {err}; write {_hint(field, unit)}")
+            return None
+        if quantity.denominator != 1 or quantity.numerator < 0:  # int tests: Fraction comparisons are slow
+            notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {_hint(field, unit)}")
+            return None
+        value = int(quantity)
     if field in ("memory_pct", "cores") and not 1 <= value <= 100:
         rule = "invalid-cores" if field == "cores" else "invalid-quantity"
         notes.deny(rule, 422, f"{where}: {name} is {value}, outside 1..100; write {_hint(field, unit)}")

@@ -82,7 +82,10 @@ def _policy_scores(
     if name not in _SCORES:
         raise ValueError(f"unknown placement policy {name!r}")
     score = _SCORES[name]
-    return [score(c.state, c.choice, demand) for c in cands]
+    scores = []
+    for c in cands:
+        scores.append(score(c.state, c.choice, demand))
+    return scores
 
 
 def _healthy(state: State) -> int:

@@ -210,8 +210,9 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     for _, _, container in containers_of(spec):
         resources = mapping_of(container.get("resources"))
         for key in ("limits", "requests"):
-            if any(isinstance(name, str) and is_gpu_resource(name) for name in mapping_of(resources.get(key))):
-                return True
+            for resource in mapping_of(resources.get(key)):
+                if isinstance(resource, str) and is_gpu_resource(resource):
+                    return True
         for entry in list_of(container.get("env")):
             name = mapping_of(entry).get("name")
             if isinstance(name, str) and is_bypass_env(name):

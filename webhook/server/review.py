@@ -8,6 +8,7 @@ its inputs: the Flask layer only moves bytes in and out.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -151,10 +152,14 @@ def denied(uid: str, code: int, message: str, reason: str) -> AdmissionResponse:
 
 def patched(uid: str, patch: Iterable[Mapping[str, Any]]) -> AdmissionResponse:
     """Allowed with a JSONPatch; an empty patch is a plain `allowed` (no patch field at all)."""
-    ops = [op if type(op) is dict else dict(op) for op in patch]  # the JSON encoder wants dicts
+    ops = patch if type(patch) is list or type(patch) is tuple else list(patch)
     if not ops:
         return allowed(uid)
-    encoded = base64.b64encode(jsoncodec.dumps(ops)).decode("ascii")
+    for op in ops:
+        if type(op) is not dict:
+            ops = [dict(op) for op in ops]  # the JSON encoder wants dicts
+            break
+    encoded = binascii.b2a_base64(jsoncodec.dumps(ops), newline=False).decode("ascii")
     return {"uid": uid, "allowed": True, "patch": encoded, "patchType": "JSONPatch"}
 
 
@@ -165,6 +170,8 @@ def errored(uid: str, code: int, message: str) -> AdmissionResponse:
 
 def with_warnings(response: AdmissionResponse, warnings: Iterable[str]) -> AdmissionResponse:
     """The response plus warnings, each kept under 120 characters (the API server's advice)."""
+    if not warnings:
+        return response
     kept = [short_warning(w) for w in warnings if w]
     if not kept:
         return response

@@ -294,3 +294,36 @@ def test_zero_gpus_is_allowed_unchanged_but_still_held_to_isolation() -> None:
     assert (d.allowed, d.patch, d.reason) == (True, (), "no-gpu-requested")
     bypass = pod({"nvidia.com/gpu": 0}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
     assert admit.mutate(bypass, CLUSTER, Policy()).allowed is False
+
+
+def test_the_patch_leaves_the_pod_as_it_was_and_keeps_what_the_pod_had() -> None:
+    """Operations may share the members they keep with the pod, so neither mutate nor applying the
+    patch may change the pod itself; and every existing toleration, variable and affinity term stays."""
+    p = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}, env=[{"name": "A", "value": "1"}])
+    p["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+    p["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 7, "preference": {"matchExpressions": [{"key": "ssd", "operator": "Exists"}]}}
+            ],
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    before = json.loads(json.dumps(p))
+    decision = admit.mutate(p, snapshot(node("n1", A100, 8)), Policy())
+    assert decision.allowed and decision.patch
+    assert p == before
+    patched = jsonpatch.apply_patch(p, [dict(op) for op in decision.patch])
+    assert p == before
+    spec = patched["spec"]
+    assert spec["tolerations"][0] == before["spec"]["tolerations"][0]
+    assert {"name": "A", "value": "1"} in spec["containers"][0]["env"]
+    assert "nvidia.com/gpumem" not in spec["containers"][0]["resources"]["limits"]
+    node_affinity = spec["affinity"]["nodeAffinity"]
+    (term,) = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0] == {"key": "zone", "operator": "In", "values": ["a"]}
+    assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 7
+    assert spec["affinity"]["podAntiAffinity"] == before["spec"]["affinity"]["podAntiAffinity"]

@@ -3,11 +3,14 @@
 Every operation is an `add` of a whole value (RFC 6902 `add` replaces an existing member), computed
 from the pod's current content. So the patch is idempotent twice over: applying it a second time
 changes nothing, and mutating an already-mutated pod yields no operations at all.
+
+A value is a new container at every level this module changes, and shares the members it leaves
+alone (an existing toleration, an environment entry) with the pod: nothing modifies either once the
+patch is made, and copying them cost more than the rest of the patch.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from functools import lru_cache
@@ -32,25 +35,6 @@ def record_value(allocation: Allocation) -> str:
     """The annotation's text (canonical JSON). Memoised: the standard library's encoder costs more than
     the rest of the patch, and the same allocation recurs (a node's free GPUs, a re-invoked webhook)."""
     return _RECORD_JSON.encode(allocation_to_json(allocation))
-
-
-def _copy(value: Any) -> Any:
-    """A deep copy of a JSON-like value, so that an operation never shares a member with the pod.
-    Much cheaper than copy.deepcopy for the dicts, lists and scalars that decoded JSON is made of."""
-    kind = type(value)
-    if kind is dict:
-        out = {}
-        for k, v in value.items():
-            out[k] = _copy(v)
-        return out
-    if kind is list:
-        items = []
-        for v in value:
-            items.append(_copy(v))
-        return items
-    if kind in (str, int, float, bool) or value is None:
-        return value
-    return copy.deepcopy(value)
 
 
 @lru_cache(maxsize=512, typed=True)
@@ -81,7 +65,7 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         if c.gpu is None or c.gpu.count <= 0:
             continue
         existing = container_of(pod, c).get("env")
-        env: list[Any] = _copy(existing) if isinstance(existing, list) else []
+        env: list[Any] = list(existing) if isinstance(existing, list) else []
         present: set[tuple[str, str]] = set()  # literal name=value pairs the container already has
         for e in env:
             if is_mapping(e) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
@@ -99,7 +83,7 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     ops: list[Op] = []
     for c in request.containers:
         old = container_of(pod, c).get("resources")
-        resources: dict[str, Any] = _copy(dict(_map(old)))
+        resources: dict[str, Any] = dict(_map(old))
         for section in ("limits", "requests") if c.moved_resources else ():
             if is_mapping(resources.get(section)):
                 resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
@@ -124,7 +108,7 @@ def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:
 def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> list[Op]:
     """Add each wanted toleration unless one already tolerates the same taint; never duplicate."""
     existing = _map(pod.get("spec")).get("tolerations")
-    tolerations: list[Any] = _copy(existing) if isinstance(existing, list) else []
+    tolerations: list[Any] = list(existing) if isinstance(existing, list) else []
     for tol in wanted:
         for have in tolerations:
             if is_mapping(have) and _covers(have, tol):
@@ -141,7 +125,7 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     add preferred terms ranking the `preferred` nodes, best first."""
     spec = _map(pod.get("spec"))
     old = spec.get("affinity")
-    affinity: dict[str, Any] = _copy(dict(_map(old)))
+    affinity: dict[str, Any] = dict(_map(old))
     node_aff = dict(_map(affinity.get("nodeAffinity")))
     field = "matchFields" if required.get("key") == "metadata.name" else "matchExpressions"
     terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")

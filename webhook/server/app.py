@@ -54,7 +54,7 @@ def create_app(config: ServerConfig) -> Flask:
         namespace=config.namespace,
     )
     app.extensions[EXTENSION] = handler
-    app.register_blueprint(admission_blueprint())
+    app.register_blueprint(admission_blueprint(handler))
     app.register_blueprint(probes_blueprint())
     return app
 
@@ -64,16 +64,17 @@ def handler_of(app: Flask) -> AdmissionHandler:
     return found
 
 
-def admission_blueprint() -> Blueprint:
+def admission_blueprint(handler: AdmissionHandler) -> Blueprint:
+    """/mutate and /validate, bound to their handler (no `current_app` look-up on every request)."""
     bp = Blueprint("admission", __name__)
 
     @bp.post("/mutate")
     def mutate() -> Response:
-        return _admit("mutate")
+        return _admit(handler, "mutate")
 
     @bp.post("/validate")
     def validate() -> Response:
-        return _admit("validate")
+        return _admit(handler, "validate")
 
     return bp
 
@@ -98,14 +99,14 @@ def probes_blueprint() -> Blueprint:
     return bp
 
 
-def _admit(endpoint: str) -> Response:
+def _admit(handler: AdmissionHandler, endpoint: str) -> Response:
     length = request.content_length
     if length is not None and length > MAX_BODY_BYTES:
         _discard_body(length)
         body = b""  # refused on its declared length, never parsed
     else:
         body = request.stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
-    return _json(handler_of(current_app).handle(endpoint, request.content_type, body, length))
+    return _json(handler.handle(endpoint, request.content_type, body, length))
 
 
 def _discard_body(length: int) -> None:

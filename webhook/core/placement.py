@@ -260,6 +260,7 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     eligible = memo.get(key)
     collected: list[str] = []
     cands: list[Candidate] = []
+    no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
     for shape in index.statics.shapes:
         node = shape.template
         reason = _host_verdict(node, demand)
@@ -274,7 +275,7 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
             elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(node_class.names)
             else:
-                cands.append(Candidate(state, node_class.names, _NO_GPU, _NO_FIT, 0))
+                cands.append(Candidate(state, node_class.names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
     if eligible is None:
         eligible = _remember(memo, key, collected)
     return Placement(eligible=eligible, options=_ranked(cands, False, request, demand, index, ctx), rejected=rejected)

@@ -45,6 +45,9 @@ def _str(data: Mapping[str, Any], key: str) -> str:
     return value
 
 
+_TOPOLOGY_CLASSES = {t.value: t for t in TopologyClass}
+
+
 def allocation_from_json(data: Any) -> Allocation:
     """Parse the annotation's decoded JSON; ValueError names the key that is wrong."""
     if not isinstance(data, Mapping):
@@ -56,20 +59,19 @@ def allocation_from_json(data: Any) -> Allocation:
     if node is not None and not isinstance(node, str):
         raise ValueError(f"node: expected a string or null, got {node!r}")
     gpus = data.get("gpus", [])
-    if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
+    if not isinstance(gpus, list) or any(type(g) is not int or g < 0 for g in gpus):  # type(): not bool
         raise ValueError(f"gpus: expected a list of GPU indices, got {gpus!r}")
     uuids = data.get("uuids", [])
-    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
+    if not isinstance(uuids, list) or any(type(u) is not str for u in uuids):
         raise ValueError(f"uuids: expected a list of strings, got {uuids!r}")
     count = _int(data, "gpuCount", 0)
     cores = _int(data, "cores", 0)
     if cores > 100:
         raise ValueError(f"cores: expected 0..100, got {cores}")
     topology_name = _str(data, "topology") or "single"
-    try:
-        topology = TopologyClass(topology_name)
-    except ValueError:
-        raise ValueError(f"topology: unknown class {topology_name!r}") from None
+    topology = _TOPOLOGY_CLASSES.get(topology_name)  # a dict: the Enum call costs more than the rest
+    if topology is None:
+        raise ValueError(f"topology: unknown class {topology_name!r}")
     loss = data.get("loss", 0.0)
     if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 1:
         raise ValueError(f"loss: expected a number in 0..1, got {loss!r}")

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from .fitting import MEMO_LIMIT, Choice, Demand, Fit
 from .model import Node, NodeUsage, Option, PodRequest
 from .nodeindex import State, taken
-from .topology import expected_loss
 
 if TYPE_CHECKING:
     from .placement import PlacementContext
@@ -187,9 +186,8 @@ def _fragmentation_scores(
 
 
 def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:
-    choice = cand.choice
-    loss = expected_loss(choice.topology, ctx.topology_loss)
-    return Option(name, choice.gpus, choice.memory, choice.cores, choice.topology, loss, cand.score)
+    choice = cand.choice  # the candidate's loss is its choice's (set by placement before scoring)
+    return Option(name, choice.gpus, choice.memory, choice.cores, choice.topology, cand.loss, cand.score)
 
 
 def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:

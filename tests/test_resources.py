@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 from typing import Any
 
@@ -670,3 +671,13 @@ def test_is_gpu_pod_fast_path() -> None:
     assert is_gpu_pod(pod(ctr(), annotations={"gpu-admission.io/allocation": "{}"}))
     assert not is_gpu_pod(pod(ctr(), annotations={"nvidia.com/use-gputype": "A100"}))
     assert not is_gpu_pod({})
+
+
+def test_evolve_copies_with_changes_and_refuses_unknown_fields() -> None:
+    request = parse_pod({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}, "team-a")
+    changed = request.evolve(cores=30, memory_pct=None)
+    assert (changed.cores, changed.name, changed.namespace) == (30, "p", "team-a")
+    assert request.cores is None  # the original is untouched
+    assert changed == dataclasses.replace(request, cores=30)
+    with pytest.raises(TypeError, match="no field colour"):
+        request.evolve(colour="red")

@@ -224,12 +224,13 @@ class PodRequest:
     def evolve(self, **changes: Any) -> PodRequest:
         """`dataclasses.replace` without re-running `__init__`, which checks nothing here: a request is
         copied on every admission, and replace() costs eight times more."""
-        unknown = changes.keys() - self.__dataclass_fields__.keys()
-        if unknown:
+        if not changes.keys() <= self.__dataclass_fields__.keys():
+            unknown = changes.keys() - self.__dataclass_fields__.keys()
             raise TypeError(f"PodRequest has no field {', '.join(sorted(unknown))}")
+        fields = self.__dict__.copy()
+        fields.update(changes)
         new = object.__new__(PodRequest)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        object.__setattr__(new, "__dict__", fields)
         return new
 
     @property

@@ -122,10 +122,12 @@ class JsonLineHandler(logging.Handler):
     def _run(self) -> None:
         pause = self.INTERVAL
         while True:
+            # Sleep after a write too: a writer that drained again at once would wake for every line
+            # and take the GIL from the request threads hundreds of times more often.
+            time.sleep(pause)
             if self._drain():
                 pause = self.INTERVAL
             else:  # idle: wake less often, up to IDLE_INTERVAL
-                time.sleep(pause)
                 pause = min(pause * 2, self.IDLE_INTERVAL)
 
     def _drain(self) -> bool:

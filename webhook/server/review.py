@@ -8,11 +8,12 @@ its inputs: the Flask layer only moves bytes in and out.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
+
+import pybase64
 
 from . import jsoncodec
 
@@ -159,7 +160,7 @@ def patched(uid: str, patch: Iterable[Mapping[str, Any]]) -> AdmissionResponse:
         if type(op) is not dict:
             ops = [dict(op) for op in ops]  # the JSON encoder wants dicts
             break
-    encoded = binascii.b2a_base64(jsoncodec.dumps(ops), newline=False).decode("ascii")
+    encoded = pybase64.b64encode_as_string(jsoncodec.dumps(ops))  # SIMD: 20x the standard library
     return {"uid": uid, "allowed": True, "patch": encoded, "patchType": "JSONPatch"}
 
 

@@ -125,10 +125,8 @@ class JsonLineHandler(logging.Handler):
             # Sleep after a write too: a writer that drained again at once would wake for every line
             # and take the GIL from the request threads hundreds of times more often.
             time.sleep(pause)
-            if self._drain():
-                pause = self.INTERVAL
-            else:  # idle: wake less often, up to IDLE_INTERVAL
-                pause = min(pause * 2, self.IDLE_INTERVAL)
+            # Idle: wake less often, up to IDLE_INTERVAL.
+            pause = self.INTERVAL if self._drain() else min(pause * 2, self.IDLE_INTERVAL)
 
     def _drain(self) -> bool:
         with self._drain_lock:  # the writer and flush() only; a flush waits for a write in progress

@@ -22,11 +22,18 @@ class QuotaCheck:
     warnings: tuple[str, ...] = ()
 
 
+_NOTHING_USED = Usage()
+_WITHIN = QuotaCheck(None)  # frozen: one shared answer for the usual case
+
+
 def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
     """Deny when `asked` on top of what the namespace already uses breaks any of its quotas."""
-    used = snapshot.namespace_usage.get(namespace, Usage())
+    quotas = snapshot.quotas.get(namespace, ())
+    if not quotas:
+        return _WITHIN
+    used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
     warnings: list[str] = []
-    for quota in snapshot.quotas.get(namespace, ()):
+    for quota in quotas:
         for attr, key, unit in KEYS:
             limit = getattr(quota, attr)
             if limit is None:
@@ -45,14 +52,14 @@ def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
             if ask and limit and now + ask >= NEAR_LIMIT * limit:
                 pct = round(100 * (now + ask) / limit)
                 warnings.append(f"{quota.name}: {key} at {pct}% of quota after this pod")
-    return QuotaCheck(None, tuple(warnings))
+    return QuotaCheck(None, tuple(warnings)) if warnings else _WITHIN
 
 
 def quota_rows(snapshot: Snapshot) -> list[tuple[str, str, int, int]]:
     """(namespace, resource key, used, limit) for every quota key set: what /metrics exports."""
     rows = []
     for namespace, quotas in sorted(snapshot.quotas.items()):
-        used = snapshot.namespace_usage.get(namespace, Usage())
+        used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
         for quota in quotas:
             rows.extend(_rows(namespace, quota, used))
     return rows

@@ -681,3 +681,42 @@ def test_evolve_copies_with_changes_and_refuses_unknown_fields() -> None:
     assert changed == dataclasses.replace(request, cores=30)
     with pytest.raises(TypeError, match="no field colour"):
         request.evolve(colour="red")
+
+
+_RESOURCE_NAMES = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "cpu", "memory",
+                   "example.com/foo", "example.com/gpu-ish", 7]
+_ENV_NAMES = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_DEVICE_MEMORY_LIMIT_0",
+              "CUDA_DEVICE_SM_LIMIT", "LD_PRELOAD", "FOO", None, 3]
+_ANNOTATIONS = ["gpu-fraction", "gpu-memory", "gpu-admission.io/allocation", "team", "nvidia.com/use-gputype"]
+_HOST_PATHS = ["/dev/nvidia0", "/dev", "/dev/../dev/nvidiactl", "/data", "", None]
+
+
+@st.composite
+def _pods_for_gpu_test(draw: st.DrawFn) -> object:
+    def container() -> object:
+        if draw(st.integers(0, 9)) == 0:
+            return draw(st.sampled_from([None, "junk", []]))
+        resources = {
+            section: {name: draw(st.sampled_from(["1", "0", "2Gi", "x"])) for name in draw(st.lists(
+                st.sampled_from(_RESOURCE_NAMES), max_size=3))}
+            for section in draw(st.lists(st.sampled_from(["limits", "requests"]), max_size=2, unique=True))
+        }
+        env = [{"name": name, "value": "1"} if draw(st.booleans()) else "junk"
+               for name in draw(st.lists(st.sampled_from(_ENV_NAMES), max_size=3))]
+        return {"name": "c", "resources": resources, "env": env}
+
+    annotations = {key: draw(st.sampled_from(["0.5", "{}", "x"])) for key in draw(st.lists(
+        st.sampled_from(_ANNOTATIONS), max_size=2))}
+    spec: dict[str, object] = {"containers": [container() for _ in range(draw(st.integers(0, 2)))]}
+    if draw(st.booleans()):
+        spec["initContainers"] = [container() for _ in range(draw(st.integers(1, 2)))]
+    if draw(st.booleans()):
+        spec["volumes"] = [{"name": "v", "hostPath": {"path": path}} for path in draw(st.lists(
+            st.sampled_from(_HOST_PATHS), max_size=2))]
+    return {"metadata": {"name": "p", "annotations": annotations}, "spec": spec}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_pods_for_gpu_test())
+def test_the_parsed_gpu_pod_flag_is_is_gpu_pod(pod: Any) -> None:
+    assert parse_pod(pod, "team-a").is_gpu_pod is is_gpu_pod(pod)

@@ -14,6 +14,7 @@ from .model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference,
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
     ALLOCATION,
+    GPU_REQUEST_ANNOTATIONS,
     HAMI_GPU_POLICY,
     HAMI_NODE_POLICY,
     HAMI_POLICIES,
@@ -142,8 +143,9 @@ def _host_value(name: str, raw: object, where: str, notes: _Notes) -> int:
 
 def _parse_container(
     container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: _Notes
-) -> tuple[ContainerRequest, list[Violation]]:
-    """One container; returns it and the isolation findings that apply only to GPU pods."""
+) -> tuple[ContainerRequest, list[Violation], bool]:
+    """One container; returns it, the isolation findings that apply only to GPU pods, and whether the
+    container alone makes a GPU pod (a GPU resource named, or a device variable set: see is_gpu_pod)."""
     where = _label(container, init, index)
     resources = mapping_of(container.get("resources"))
     limits, requests = mapping_of(resources.get("limits")), mapping_of(resources.get("requests"))
@@ -151,12 +153,14 @@ def _parse_container(
     values: dict[str, tuple[str, int]] = {}
     vendor: str | None = None
     moved: list[str] = []
+    gpu_signal = False
     for name, raw in merged.items():
         kind = classify_resource(name) if isinstance(name, str) else None
         if kind is None:
             if isinstance(name, str) and name not in ("cpu", "memory") and looks_like_gpu(name):
                 notes.warn(f"{where}: {name} is not a GPU resource this controller knows; left alone")
             continue
+        gpu_signal = True
         kind_vendor, field, unit = kind
         if field in _MOVED_FIELDS and name not in moved:
             moved.append(name)
@@ -209,9 +213,13 @@ def _parse_container(
     exempt = limit_env_of(container) if exempt_env else {}
     for entry in list_of(container.get("env")):
         env_name = mapping_of(entry).get("name")
-        if not isinstance(env_name, str) or env_name in exempt:
+        if not isinstance(env_name, str):
             continue
-        if is_bypass_env(env_name):
+        bypass = is_bypass_env(env_name)
+        gpu_signal = gpu_signal or bypass
+        if env_name in exempt:
+            continue
+        if bypass:
             notes.deny(
                 "isolation-env",
                 403,
@@ -238,7 +246,7 @@ def _parse_container(
     request = ContainerRequest(
         given if isinstance(given, str) else "", index, init, gpu, host_cpu, host_mem, tuple(moved)
     )
-    return request, findings
+    return request, findings, gpu_signal
 
 
 def _get(values: Mapping[str, tuple[str, int]], field: str) -> int | None:
@@ -367,10 +375,13 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     findings: list[Violation] = []
     if not isinstance(spec.get("containers"), list) or not spec["containers"]:
         notes.deny("invalid-pod", 422, "spec.containers: a pod needs at least one container")
+    # Whether this is a GPU pod (is_gpu_pod's definition), collected while parsing instead of read twice.
+    gpu_pod = bool(annotations) and not GPU_REQUEST_ANNOTATIONS.isdisjoint(annotations)
     for init, index, container in containers_of(spec):
-        request, found = _parse_container(container, index, init, exempt_env, notes)
+        request, found, gpu_signal = _parse_container(container, index, init, exempt_env, notes)
         containers.append(request)
         findings.extend(found)
+        gpu_pod = gpu_pod or gpu_signal
     annotation_gpu, annotation_error = kai_request(annotations)
     if annotation_error:
         notes.deny("invalid-annotation", 422, annotation_error)
@@ -402,7 +413,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         path = mapping_of(mapping_of(volume).get("hostPath")).get("path")
         if is_device_hostpath(path):
             host_paths.append(str(path))
-    gpu_pod = is_gpu_pod(pod)
+    gpu_pod = gpu_pod or bool(host_paths)
     if gpu_pod:
         for finding in findings:
             notes.deny(finding.rule, finding.code, finding.message)

@@ -185,13 +185,7 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
     if option is not None:
         node = snapshot.nodes.get(option.node)
         model = node.gpu_model if node is not None else ""
-        uuids: tuple[str, ...] = ()
-        if node is not None:
-            found = []
-            for i in option.gpus:
-                if 0 <= i < len(node.gpus):
-                    found.append(node.gpus[i].uuid)
-            uuids = tuple(found)
+        uuids = tuple([node.gpus[i].uuid for i in option.gpus if 0 <= i < len(node.gpus)]) if node is not None else ()
         return Allocation(option.node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
                           model, option.topology, option.loss, name, uuids)
     card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
@@ -349,10 +343,8 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
     if placement is not None and request.scheduler_name in DEFAULT_SCHEDULERS:
-        preferred = []
-        for option in placement.options[: policy.preferred_nodes]:
-            preferred.append(option.node)
-        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy), preferred)
+        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy),
+                                    [o.node for o in placement.options[: policy.preferred_nodes]])
     ops += patches.record_ops(pod, allocation)
     return ops
 

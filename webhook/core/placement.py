@@ -297,8 +297,7 @@ _NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
 
 
 def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
-    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes.
-    Plain loops: this runs on every admission (see resources._pod_level)."""
+    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
     limit = ctx.limit
     ranked = []
     for k, c in enumerate(cands):

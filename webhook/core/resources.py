@@ -300,9 +300,7 @@ def _choice(
 
 def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: _Notes) -> dict[str, Any]:
     """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does.
-
-    Written as plain loops: this runs on every admission, and each comprehension or closure is one more
-    code object for a cold CPU cache to fetch."""
+    One pass over the containers for the usual pod; the init-container arithmetic only when there are some."""
     gpus = cpu = memory = 0
     has_init = False
     gpu_requests: list[GpuRequest] = []

@@ -81,10 +81,7 @@ def _policy_scores(
     if name not in _SCORES:
         raise ValueError(f"unknown placement policy {name!r}")
     score = _SCORES[name]
-    scores = []
-    for c in cands:
-        scores.append(score(c.state, c.choice, demand))
-    return scores
+    return [score(c.state, c.choice, demand) for c in cands]
 
 
 def _healthy(state: State) -> int:

@@ -27,12 +27,7 @@ class JsonFormatter(logging.Formatter):
     written on every request, as one dict under `extra={FIELDS: {...}}`; both print flat."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": _timestamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
+        entry = _head(record.created, record.levelname.lower(), record.name, record.getMessage())
         fields = record.__dict__.get(FIELDS)
         if type(fields) is dict:
             entry.update(fields)
@@ -43,6 +38,11 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return jsoncodec.dumps(entry, default=str).decode()
+
+
+def _head(created: float, level: str, logger: str, msg: str) -> dict[str, Any]:
+    """The fields every line starts with."""
+    return {"time": _timestamp(created), "level": level, "logger": logger, "msg": msg}
 
 
 _second: tuple[int, str] = (-1, "")
@@ -205,8 +205,7 @@ def log_admission(logger: logging.Logger, fields: dict[str, Any]) -> None:
     an application's own handlers or filters), through logging as usual."""
     handler = _configured
     if handler is not None and logger.isEnabledFor(logging.INFO) and _only_route(logger, handler):
-        entry: dict[str, Any] = {"time": _timestamp(time.time()), "level": "info", "logger": logger.name,
-                                 "msg": "admission"}
+        entry = _head(time.time(), "info", logger.name, "admission")
         entry.update(fields)
         handler.write_entry(entry)
     else:

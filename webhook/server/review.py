@@ -153,13 +153,9 @@ def denied(uid: str, code: int, message: str, reason: str) -> AdmissionResponse:
 
 def patched(uid: str, patch: Iterable[Mapping[str, Any]]) -> AdmissionResponse:
     """Allowed with a JSONPatch; an empty patch is a plain `allowed` (no patch field at all)."""
-    ops = patch if type(patch) is list or type(patch) is tuple else list(patch)
+    ops = [op if type(op) is dict else dict(op) for op in patch]  # the JSON encoder wants dicts
     if not ops:
         return allowed(uid)
-    for op in ops:
-        if type(op) is not dict:
-            ops = [dict(op) for op in ops]  # the JSON encoder wants dicts
-            break
     encoded = pybase64.b64encode_as_string(jsoncodec.dumps(ops))  # SIMD: 20x the standard library
     return {"uid": uid, "allowed": True, "patch": encoded, "patchType": "JSONPatch"}
 

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.model import Decision
 
@@ -56,16 +56,14 @@ def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
     return check_inventory_write(request)
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """What goes back over HTTP: a status and a JSON body."""
 
     http_status: int
     body: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
     response: rv.AdmissionResponse
     verdict: str
     reason: str

@@ -200,6 +200,28 @@ def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() ->
         assert (late.allowed, late.message) == (False, "quota exceeded: used 8, asked 1, limit 8")
 
 
+def test_lost_writes_are_counted_in_the_metrics() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from webhook.server.metrics import AdmissionMetrics
+
+    api = FakeConfigMaps(conflict_rate=0.5, seed=11)
+    replicas = [LiveSource(cluster_cache(used=0, quota=40), Ledger(ApiStore(api, "gpu-admission"))) for _ in range(2)]
+    race(lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(), dry_run=False))
+    exported = []
+    for replica in replicas:
+        text = AdmissionMetrics(replica).exposition().decode()
+        (value,) = [
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpu_admission_reservation_conflicts_total"
+        ]
+        assert value == replica.ledger.store.conflicts  # type: ignore[attr-defined]
+        exported.append(value)
+    assert sum(exported) >= api.injected > 0
+
+
 def test_two_replicas_taking_two_gpus_each_stop_at_the_quota() -> None:
     api = FakeConfigMaps(conflict_rate=0.5, seed=3)
     replicas = [LiveSource(cluster_cache(used=0, quota=9), Ledger(ApiStore(api, "gpu-admission"))) for _ in range(2)]

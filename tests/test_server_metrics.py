@@ -155,3 +155,8 @@ def test_cache_stale_of_the_live_watch_cache() -> None:
     for kind in KINDS:
         cache.heard(kind)
     assert samples(metrics, "gpu_admission_cache_stale") == {(): 0.0}
+
+
+def test_an_in_process_source_exports_no_reservation_conflicts() -> None:
+    metrics = AdmissionMetrics(StaticSource(Snapshot()))
+    assert samples(metrics, "gpu_admission_reservation_conflicts_total") == {}

@@ -81,6 +81,10 @@ class LiveSource:
         if self.upkeep is not None:
             self.upkeep.close()
 
+    def reservation_conflicts(self) -> int:
+        """Writes of the shared reservation store that lost to another replica (409) and were retried."""
+        return int(getattr(self.ledger.store, "conflicts", 0))
+
     # -- SnapshotSource -------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:

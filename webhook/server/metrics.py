@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhook.core.model import QuotaLimits, Snapshot
@@ -85,7 +85,7 @@ class ClusterCollector(Collector):
         self._source = source
         self._expiry = CertificateExpiry(cert_file) if cert_file else None
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         age = GaugeMetricFamily("gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed.")
         age.add_metric([], self._source.age_seconds())
         yield age
@@ -95,6 +95,13 @@ class ClusterCollector(Collector):
         )
         stale.add_metric([], 1.0 if source_is_stale(self._source) else 0.0)
         yield stale
+        conflicts = getattr(self._source, "reservation_conflicts", None)
+        if callable(conflicts):  # a live source: replicas sharing the reservation store
+            yield CounterMetricFamily(
+                "gpu_admission_reservation_conflicts",
+                "Reservation writes that lost to another replica (409 Conflict) and were decided again.",
+                value=float(conflicts()),
+            )
         snapshot = self._source.snapshot()
         yield from quota_metrics(snapshot)
         yield from gpu_metrics(snapshot)

@@ -13,9 +13,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.core.model import Decision
 from webhook.server.admission import AdmissionCore
+from webhook.server.metrics import AdmissionMetrics
 
 # shared/ lies beside the checkout (as CI lays it beside its clone).
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admissionreview"
@@ -178,3 +180,12 @@ def client_certificate(tmp_path: Path, ca_dir: Path) -> tuple[Path, Path]:
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_path, key_path
+
+
+def samples(metrics: AdmissionMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    found: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found

@@ -192,7 +192,7 @@ def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() ->
     assert len(admitted) == 5
     assert api.uids() == sorted(f"pod-{i}" for i in admitted)
     assert api.injected > 0
-    conflicts = sum(r.ledger.store.conflicts for r in replicas)  # type: ignore[attr-defined]
+    conflicts = sum(r.ledger.store.conflicts for r in replicas)
     assert conflicts >= api.injected
     # Each replica, once it has read the shared object, counts every reservation: no room left anywhere.
     for replica in replicas:
@@ -201,7 +201,7 @@ def test_two_replicas_sharing_a_configmap_never_overcommit_and_lose_nothing() ->
 
 
 def test_lost_writes_are_counted_in_the_metrics() -> None:
-    from prometheus_client.parser import text_string_to_metric_families
+    from server_support import samples
 
     from webhook.server.metrics import AdmissionMetrics
 
@@ -210,14 +210,8 @@ def test_lost_writes_are_counted_in_the_metrics() -> None:
     race(lambda i: replicas[i % 2].commit(f"pod-{i}", "team-a", quota_decider(), dry_run=False))
     exported = []
     for replica in replicas:
-        text = AdmissionMetrics(replica).exposition().decode()
-        (value,) = [
-            s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == "gpu_admission_reservation_conflicts_total"
-        ]
-        assert value == replica.ledger.store.conflicts  # type: ignore[attr-defined]
+        (value,) = samples(AdmissionMetrics(replica), "gpu_admission_reservation_conflicts_total").values()
+        assert value == replica.ledger.store.conflicts
         exported.append(value)
     assert sum(exported) >= api.injected > 0
 

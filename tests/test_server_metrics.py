@@ -7,21 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from server_support import samples
 
 from webhook import certs
 from webhook.core.model import Gpu, GpuUsage, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.server.metrics import AdmissionMetrics, CertificateExpiry
 from webhook.server.source import StaticSource
-
-
-def samples(metrics: AdmissionMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    found: dict[tuple[tuple[str, str], ...], float] = {}
-    for family in text_string_to_metric_families(metrics.exposition().decode()):
-        for sample in family.samples:
-            if sample.name == name:
-                found[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
 
 
 def cluster() -> Snapshot:

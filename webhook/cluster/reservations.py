@@ -55,6 +55,9 @@ class Reservation:
 
 
 class ReservationStore(Protocol):
+    conflicts: int
+    """Writes that lost to another replica (409) and were decided again; for metrics and tests."""
+
     def transact(self, namespace: str, change: Change[T]) -> T:
         """Run `change` on the namespace's entries and write its result atomically (retrying as needed)."""
         ...
@@ -76,6 +79,7 @@ class InProcessStore:
         self._lock = threading.RLock()  # `known()` is read from inside `transact`
         self._entries: dict[str, Entries] = {}
         self._version = 0
+        self.conflicts = 0  # one process, one lock: never a lost write
 
     @property
     def version(self) -> int:
@@ -127,7 +131,7 @@ class ApiStore:
         self.namespace = namespace
         self.prefix = prefix
         self.max_attempts = max_attempts
-        self.conflicts = 0  # 409s seen, for metrics and tests
+        self.conflicts = 0
         self._stored: dict[str, _Stored] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()

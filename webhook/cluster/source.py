@@ -83,7 +83,7 @@ class LiveSource:
 
     def reservation_conflicts(self) -> int:
         """Writes of the shared reservation store that lost to another replica (409) and were retried."""
-        return int(getattr(self.ledger.store, "conflicts", 0))
+        return self.ledger.store.conflicts
 
     # -- SnapshotSource -------------------------------------------------------------------------
 

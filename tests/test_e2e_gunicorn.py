@@ -231,6 +231,106 @@ def test_idle_and_stalled_connections_do_not_stall_admissions(server: RunningSer
             s.close()
 
 
+def tls_client(server: RunningServer) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return server.context().wrap_socket(raw, server_hostname="localhost")
+
+
+def raw_review(uid: str, connection: str = "keep-alive") -> tuple[bytes, bytes]:
+    """The head and the body of a /validate request, as bytes to send by hand."""
+    body = json.dumps(gpu_pod_review(namespace="kube-system", uid=uid)).encode()
+    head = (
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Connection: {connection}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode(), body
+
+
+def read_answer(sock: ssl.SSLSocket) -> tuple[int, Any]:
+    response = http.client.HTTPResponse(sock)  # type: ignore[arg-type]
+    response.begin()
+    return response.status, json.loads(response.read())
+
+
+def closed_by_server(sock: ssl.SSLSocket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionError, ssl.SSLError):  # a reset, or a TLS session ended mid-record
+        return True
+
+
+def log_since(server: RunningServer, offset: int) -> str:
+    return server.log()[offset:]
+
+
+def test_clients_that_go_silent_mid_request_are_cut_off(server: RunningServer) -> None:
+    """More kept-alive clients than threads send half of their second request and go silent: each is
+    cut off after the client timeout (logged as a 408), and admissions go on meanwhile."""
+    offset = len(server.log())
+    started = time.monotonic()
+    silent = []
+    for i in range(10):
+        client = tls_client(server)
+        head, body = raw_review(f"first-{i}")
+        client.sendall(head + body)
+        assert read_answer(client)[0] == 200
+        head, body = raw_review(f"second-{i}")
+        client.sendall(head + body[: len(body) // 2])
+        silent.append(client)
+    conn = server.connection(timeout=10)
+    status, answer = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="meanwhile"))
+    conn.close()
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    assert time.monotonic() - started < 6.0  # two client timeouts: the first eight, then the last two
+    for client in silent:
+        assert closed_by_server(client)
+        client.close()
+    deadline = time.monotonic() + 10
+    while log_since(server, offset).count('"code":408') < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the log is written by a background thread
+    cut_off = "request body not received in full: no progress from the client in 3 s"
+    assert log_since(server, offset).count(cut_off) == 10
+    assert "Traceback" not in log_since(server, offset)
+
+
+def test_a_client_stalling_in_the_headers_is_dropped_quietly(server: RunningServer) -> None:
+    offset = len(server.log())
+    client = tls_client(server)
+    head, body = raw_review("before-stall")
+    client.sendall(head + body)
+    assert read_answer(client)[0] == 200
+    client.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")  # and nothing more
+    started = time.monotonic()
+    assert closed_by_server(client)
+    assert 2.0 < time.monotonic() - started < 6.0
+    client.close()
+    quiet = server.wait_for_log("client went silent mid-request; connection closed")
+    assert quiet and all('"level":"info"' in line for line in quiet)
+    assert "Traceback" not in log_since(server, offset)
+
+
+def test_clients_that_never_close_do_not_freeze_the_server(server: RunningServer) -> None:
+    """A client asks the server to close, then keeps its own end open: the server must not sit
+    waiting for that client's FIN while other requests queue."""
+    lingering = []
+    for i in range(6):
+        client = tls_client(server)
+        head, body = raw_review(f"close-{i}", connection="close")
+        client.sendall(head + body)
+        lingering.append(client)
+    for client in lingering:
+        assert read_answer(client)[0] == 200
+    started = time.monotonic()
+    conn = server.connection(timeout=20)
+    status, _ = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="after-close"))
+    conn.close()
+    assert status == 200
+    assert time.monotonic() - started < 1.0
+    for client in lingering:
+        assert closed_by_server(client)
+        client.close()
+
+
 def peer_certificate(server: RunningServer) -> bytes:
     with (
         socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,

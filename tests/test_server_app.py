@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 from collections.abc import Mapping
@@ -124,6 +125,41 @@ def test_body_over_3_mib_is_413() -> None:
     assert response.status_code == 413
     assert response.get_json() == status_body(
         413, "RequestEntityTooLarge", f"body of {len(big)} bytes exceeds the limit of 3145728 bytes"
+    )
+
+
+class SilentClient(io.RawIOBase):
+    """A request body whose client stops sending: the socket's read times out after a few bytes."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.sent:
+            raise TimeoutError("The read operation timed out")
+        self.sent = True
+        buffer[:1] = b"{"
+        return 1
+
+
+def test_a_body_that_stops_arriving_is_408() -> None:
+    """As gunicorn serves it (`wsgi.input_terminated`): the socket's timeout reaches the app."""
+    client = client_for(Calls(forbid=True))
+    response = client.post(
+        "/validate",
+        content_type="application/json",
+        environ_overrides={
+            "wsgi.input": io.BufferedReader(SilentClient()),
+            "wsgi.input_terminated": True,
+            "CONTENT_LENGTH": "1000",
+        },
+    )
+    assert response.status_code == 408
+    assert response.get_json() == status_body(
+        408, "Timeout", "request body not received in full: The read operation timed out"
     )
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
 from webhook import certs
-from webhook.server.gunicorn_app import AdmissionServer, GunicornOptions, JsonLogger, gunicorn_settings
+from webhook.server.gunicorn_app import (
+    AdmissionServer,
+    GunicornOptions,
+    JsonLogger,
+    gunicorn_settings,
+    quiet_client_timeouts,
+)
 from webhook.server.tls import ReloadingContext, TlsFiles
 
 
@@ -37,3 +44,30 @@ def test_worker_init_sets_the_gil_switch_interval() -> None:
 def test_plain_settings_without_tls() -> None:
     settings = gunicorn_settings(GunicornOptions(switch_interval=0), None)
     assert "certfile" not in settings and "ssl_context" not in settings and "post_worker_init" not in settings
+
+
+def record_with(error: BaseException) -> logging.LogRecord:
+    try:
+        raise error
+    except BaseException:
+        return logging.LogRecord(
+            "gunicorn.error", logging.ERROR, __file__, 1, "Socket error processing request.", (), sys.exc_info()
+        )
+
+
+def test_a_client_timeout_is_one_info_line_without_a_traceback() -> None:
+    record = record_with(TimeoutError("The read operation timed out"))
+    assert quiet_client_timeouts(record)
+    assert (record.levelno, record.levelname, record.getMessage()) == (
+        logging.INFO,
+        "INFO",
+        "client went silent mid-request; connection closed",
+    )
+    assert record.exc_info is None
+
+
+def test_other_socket_errors_keep_their_traceback() -> None:
+    record = record_with(OSError(5, "Input/output error"))
+    assert quiet_client_timeouts(record)
+    assert (record.levelno, record.getMessage()) == (logging.ERROR, "Socket error processing request.")
+    assert record.exc_info is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -136,8 +137,8 @@ def test_gunicorn_hook_signature(pair: certs.CertificatePaths) -> None:
 
 def test_a_stalled_handshake_times_out(pair: certs.CertificatePaths) -> None:
     context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
-    assert isinstance(context, ServerContext) and context.handshake_timeout == 3.0
-    context.handshake_timeout = 0.2
+    assert isinstance(context, ServerContext) and context.client_timeout == 3.0
+    context.client_timeout = 0.2
     server_end, client_end = socket.socketpair()
     with server_end, client_end:
         client_end.sendall(b"\x16\x03\x01\x02\x00")  # a ClientHello that never finishes
@@ -145,3 +146,62 @@ def test_a_stalled_handshake_times_out(pair: certs.CertificatePaths) -> None:
         with pytest.raises(TimeoutError):
             context.wrap_socket(server_end, server_side=True)
         assert time.monotonic() - started < 2.0
+
+
+def tls_socketpair(context: ssl.SSLContext, ca: Path) -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
+    """A server and a client TLS socket connected to each other, handshakes done."""
+    server_end, client_end = socket.socketpair()
+    client: list[ssl.SSLSocket] = []
+    thread = threading.Thread(
+        target=lambda: client.append(client_context(ca).wrap_socket(client_end, server_hostname=HOST))
+    )
+    thread.start()
+    server = context.wrap_socket(server_end, server_side=True)
+    thread.join(5)
+    return server, client[0]
+
+
+def test_blocking_never_means_forever_on_a_server_connection(pair: certs.CertificatePaths) -> None:
+    """gunicorn makes a kept-alive connection blocking before each request: a client that then sends
+    half a request and goes silent must not hold the thread for good."""
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
+    context.client_timeout = 0.2  # type: ignore[attr-defined]
+    server, client = tls_socketpair(context, pair.ca_cert)
+    with server, client:
+        server.setblocking(True)
+        assert server.gettimeout() is None  # no socket timeout: CPython would poll before every write
+        client.sendall(b"POST /validate HTTP/1.1\r\n")
+        assert server.recv(100) == b"POST /validate HTTP/1.1\r\n"
+        server.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert client.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"^no progress from the client in 0.2 s$"):
+            server.recv(100)  # the rest never comes
+        assert 0.15 < time.monotonic() - started < 2.0
+        assert client.recv(100) == b""  # and the connection is over
+
+
+def test_a_client_that_never_reads_cannot_hold_a_write(pair: certs.CertificatePaths) -> None:
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
+    context.client_timeout = 0.2  # type: ignore[attr-defined]
+    server, client = tls_socketpair(context, pair.ca_cert)
+    with server, client:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            server.sendall(b"x" * (64 << 20))  # far more than the socket buffers hold
+        assert time.monotonic() - started < 3.0
+
+
+def test_a_half_closed_connection_only_drains_what_already_arrived(pair: certs.CertificatePaths) -> None:
+    """After the server's FIN, reads never wait: gunicorn lingers for the peer's FIN on its event loop,
+    which a client that never closes would otherwise freeze for seconds per connection."""
+    context = build_context(TlsFiles(str(pair.cert), str(pair.key)))
+    server, client = tls_socketpair(context, pair.ca_cert)
+    with server, client:
+        server.shutdown(socket.SHUT_WR)
+        server.settimeout(2.0)  # what gunicorn asks for while it lingers
+        assert server.gettimeout() == 0.0
+        started = time.monotonic()
+        with pytest.raises(BlockingIOError):
+            server.recv(4096)  # the client keeps its end open and sends nothing
+        assert time.monotonic() - started < 0.5

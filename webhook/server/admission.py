@@ -27,7 +27,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 INVENTORY_GROUP = "gpu-admission.io"
 INVENTORY_RESOURCE = "gpuinventories"
 ALWAYS_EXCLUDED = ("kube-system",)
-HTTP_REASONS = {400: "BadRequest", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
+HTTP_REASONS = {400: "BadRequest", 408: "Timeout", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,11 @@ class AdmissionHandler:
             self._children[key] = children
         children[0].observe(seconds)
         children[1].inc()
+
+    def unreadable(self, endpoint: str, err: OSError) -> Answer:
+        """408: the body never arrived whole. Counted and logged like any other bad request."""
+        reason = f"request body not received in full: {err.strerror or err}"
+        return self._bad_request(endpoint, "", rv.ReviewError(408, reason), time.perf_counter())
 
     def _bad_request(self, endpoint: str, uid: str, err: rv.ReviewError, started: float) -> Answer:
         self.metrics.bad_requests.labels(endpoint, str(err.http_status)).inc()

@@ -101,11 +101,14 @@ def probes_blueprint() -> Blueprint:
 
 def _admit(handler: AdmissionHandler, endpoint: str) -> Response:
     length = request.content_length
-    if length is not None and length > MAX_BODY_BYTES:
-        _discard_body(length)
-        body = b""  # refused on its declared length, never parsed
-    else:
-        body = request.stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
+    try:
+        if length is not None and length > MAX_BODY_BYTES:
+            _discard_body(length)
+            body = b""  # refused on its declared length, never parsed
+        else:
+            body = request.stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
+    except OSError as err:  # the client went silent mid-body (the socket's timeout) or dropped
+        return _json(handler.unreadable(endpoint, err))
     return _json(handler.handle(endpoint, request.content_type, body, length))
 
 

@@ -6,6 +6,7 @@ so every admission sees the pods admitted just before it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -91,9 +92,20 @@ class JsonLogger(Logger):  # type: ignore[misc]
         super().setup(cfg)
         for handler in self.error_log.handlers:
             handler.setFormatter(JsonFormatter())
+            handler.addFilter(quiet_client_timeouts)
 
     def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
         return None
+
+
+def quiet_client_timeouts(record: logging.LogRecord) -> bool:
+    """A client that went silent mid-request (tls.CLIENT_TIMEOUT) is its own problem, not a server
+    error: gunicorn logs it with a traceback; it becomes one line at info level."""
+    if record.exc_info and isinstance(record.exc_info[1], TimeoutError):
+        record.msg, record.args = "client went silent mid-request; connection closed", ()
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info = record.exc_text = None
+    return True
 
 
 class AdmissionServer(BaseApplication):  # type: ignore[misc]

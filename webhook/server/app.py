@@ -107,7 +107,7 @@ def _admit(handler: AdmissionHandler, endpoint: str) -> Response:
             body = b""  # refused on its declared length, never parsed
         else:
             body = request.stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
-    except OSError as err:  # the client went silent mid-body (the socket's timeout) or dropped
+    except OSError as err:  # the client went silent mid-body (tls.CLIENT_TIMEOUT) or dropped
         return _json(handler.unreadable(endpoint, err))
     return _json(handler.handle(endpoint, request.content_type, body, length))
 

@@ -26,7 +26,8 @@ TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 # Forward-secret AEAD suites only for TLS 1.2 (TLS 1.3 suites are fixed by OpenSSL and all strong).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 CLIENT_TIMEOUT = 3.0
-"""Seconds a client may stay silent mid-handshake or mid-request; the API server sends each in milliseconds."""
+"""Seconds a client may make no progress mid-handshake, mid-request or while taking its answer; the API
+server does each in milliseconds."""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ MONITORING_ON = {
         "grafanaDashboard": {"enabled": True},
     }
 }
+PROMETHEUS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+NETWORK_POLICY = {"enabled": True, "apiServerCIDRs": ["10.0.0.0/24", "10.0.1.5/32"], "extraFrom": [PROMETHEUS_PEER]}
 SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
     "default": ({}, None),
     "cert-manager": ({"certificates": {"mode": "certManager"}}, None),
@@ -67,6 +69,7 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
     "ha": ({"webhook": {"replicas": 2}}, None),
     "agent-off": ({"agent": {"enabled": False}}, None),
     "monitoring": (MONITORING_ON, None),
+    "network-policy": ({"webhook": {"networkPolicy": NETWORK_POLICY}}, None),
     "all-except": ({"namespaceSelection": {"mode": "allExcept", "excludedNamespaces": ["monitoring"]}}, None),
     "kube-1.29": ({}, "1.29.0"),
     "kube-1.34": ({}, "1.34.0"),
@@ -383,6 +386,20 @@ def test_webhook_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert one(rendered["default"], "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
+def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert find(rendered["default"], "NetworkPolicy") == []
+    docs = rendered["network-policy"]
+    spec = one(docs, "NetworkPolicy")["spec"]
+    assert spec["podSelector"] == one(docs, "Deployment")["spec"]["selector"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["ingress"] == [
+        {
+            "ports": [{"port": "https", "protocol": "TCP"}],
+            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.0.1.5/32"}}, PROMETHEUS_PEER],
+        }
+    ]
+
+
 def test_high_availability_shares_reservations(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["ha"]
     assert one(docs, "Deployment")["spec"]["replicas"] == 2
@@ -553,6 +570,11 @@ def test_clusters_older_than_supported_are_refused(helm: helm_tool.Helm) -> None
         ({"webhook": {"failurePolicy": {"mutating": "ignore"}}}, "at '/webhook/failurePolicy/mutating'"),
         ({"webhook": {"replica": 2}}, "additional properties 'replica' not allowed"),
         ({"webhook": {"replicas": 2, "reservations": "memory"}}, "webhook.reservations: memory keeps reservations"),
+        (
+            {"webhook": {"networkPolicy": {"enabled": True}}},
+            "webhook.networkPolicy.enabled needs apiServerCIDRs or extraFrom",
+        ),
+        ({"webhook": {"networkPolicy": {"apiServerCIDRs": [""]}}}, "at '/webhook/networkPolicy/apiServerCIDRs/0'"),
     ],
 )
 def test_bad_values_fail_naming_the_value(helm: helm_tool.Helm, values: dict[str, Any], message: str) -> None:

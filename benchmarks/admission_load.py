@@ -260,7 +260,7 @@ def main() -> int:
     from webhook.certs import issue_certificates
 
     use_wrk = shutil.which("wrk") is not None and not args.python_load
-    load_before = os.getloadavg()
+    host_before = HostState.now()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cert_dir = work / "certs"
@@ -339,8 +339,50 @@ def main() -> int:
     results = {
         name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in samples.items()
     }
-    report(results, "wrk" if use_wrk else "python", args, load_before)
+    report(results, "wrk" if use_wrk else "python", args, host_before)
     return 0
+
+
+class HostState:
+    """How busy and how fast the machine is: other work on a shared host moves every figure, and the
+    webhook's (larger working set) more than the no-op's, so the report says what the host was doing."""
+
+    def __init__(self, load: tuple[float, ...], stolen: int, ticks: int, loop_ms: float) -> None:
+        self.load, self.stolen, self.ticks, self.loop_ms = load, stolen, ticks, loop_ms
+
+    @classmethod
+    def now(cls) -> HostState:
+        return cls(os.getloadavg(), *_cpu_ticks(), _python_loop_ms())
+
+    def describe_since(self, before: HostState) -> str:
+        ticks = self.ticks - before.ticks
+        stolen = (self.stolen - before.stolen) / ticks if ticks > 0 else 0.0
+        loads = (" ".join(f"{x:.2f}" for x in state.load) for state in (before, self))
+        return (
+            f"load average {next(loads)} before, {next(loads)} after; CPU time taken by other tenants of the host "
+            f"(steal) {stolen:.1%}; a fixed Python loop took {before.loop_ms:.1f} ms before, {self.loop_ms:.1f} after"
+        )
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """Steal ticks and all ticks of the machine so far (the first line of /proc/stat; zeros elsewhere)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
+def _python_loop_ms() -> float:
+    """CPU time of a fixed pure-Python loop, best of three: this host's speed for Python right now."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        total = 0
+        for i in range(200_000):
+            total += i % 7
+        best = min(best, time.process_time() - started)
+    return best * 1000.0
 
 
 def cpu_seconds(process_group: int) -> float:
@@ -374,17 +416,13 @@ def _wait(port: int, ca: Path, timeout: float = 30.0) -> None:
     raise RuntimeError("the no-op server did not start")
 
 
-def report(
-    results: dict[str, dict[str, float]], driver: str, args: argparse.Namespace, load_before: tuple[float, ...]
-) -> None:
+def report(results: dict[str, dict[str, float]], driver: str, args: argparse.Namespace, host: HostState) -> None:
     print(
         f"load: {driver}, {args.connections} keep-alive HTTPS connections, {args.duration} s per run, "
         f"median of {args.rounds} alternating rounds; paced runs pause {args.pace_ms} ms between requests; "
         "both servers: gunicorn gthread, 1 worker x 8 threads, TLS, keep-alive"
     )
-    # Other work on the machine moves every wall-clock figure: say how busy it was.
-    before, after = " ".join(f"{x:.2f}" for x in load_before), " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {os.cpu_count()} CPUs, load average {before} before, {after} after")
+    print(f"machine: {os.cpu_count()} CPUs, {HostState.now().describe_since(host)}")
     print(f"{'run':<28} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'server CPU ms/req':>18} {'non-200':>8}")
     for name, r in results.items():
         print(f"{name:<28} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['rps']:>8.0f} {r['cpu_ms']:>18.3f} {r['errors']:>8.0f}")

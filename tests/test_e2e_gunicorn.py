@@ -281,7 +281,7 @@ def test_clients_that_go_silent_mid_request_are_cut_off(server: RunningServer) -
     status, answer = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="meanwhile"))
     conn.close()
     assert (status, answer["response"]["allowed"]) == (200, True)
-    assert time.monotonic() - started < 6.0  # two client timeouts: the first eight, then the last two
+    assert time.monotonic() - started < 6.0  # the first eight held every thread until they were cut off
     for client in silent:
         assert closed_by_server(client)
         client.close()
@@ -325,7 +325,7 @@ def test_clients_that_never_close_do_not_freeze_the_server(server: RunningServer
     status, _ = post_json(conn, "/validate", gpu_pod_review(namespace="kube-system", uid="after-close"))
     conn.close()
     assert status == 200
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # waiting for each client's FIN: 2 s apiece
     for client in lingering:
         assert closed_by_server(client)
         client.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import http.client
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -291,6 +292,11 @@ def test_clients_that_go_silent_mid_request_are_cut_off(server: RunningServer) -
     cut_off = "request body not received in full: no progress from the client in 3 s"
     assert log_since(server, offset).count(cut_off) == 10
     assert "Traceback" not in log_since(server, offset)
+    conn = server.connection()
+    conn.request("GET", "/metrics")
+    counted = re.search(r"^gpu_admission_connections_cut_off_total (\S+)$", conn.getresponse().read().decode(), re.M)
+    conn.close()
+    assert counted is not None and float(counted.group(1)) >= 10
 
 
 def test_a_client_stalling_in_the_headers_is_dropped_quietly(server: RunningServer) -> None:

@@ -11,6 +11,7 @@ from server_support import samples
 
 from webhook import certs
 from webhook.core.model import Gpu, GpuUsage, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.server import tls
 from webhook.server.metrics import AdmissionMetrics, CertificateExpiry
 from webhook.server.source import StaticSource
 
@@ -151,3 +152,9 @@ def test_cache_stale_of_the_live_watch_cache() -> None:
 def test_an_in_process_source_exports_no_reservation_conflicts() -> None:
     metrics = AdmissionMetrics(StaticSource(Snapshot()))
     assert samples(metrics, "gpu_admission_reservation_conflicts_total") == {}
+
+
+def test_connections_cut_off_come_from_the_tls_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = AdmissionMetrics(StaticSource(Snapshot()))
+    monkeypatch.setattr(tls._OVERDUE, "cut", 7)
+    assert samples(metrics, "gpu_admission_connections_cut_off_total") == {(): 7.0}

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from server_support import client_certificate
 
 from webhook import certs
-from webhook.server.tls import ReloadingContext, ServerContext, TlsFiles, build_context
+from webhook.server.tls import ReloadingContext, ServerContext, TlsFiles, build_context, connections_cut_off
 
 HOST = "gpu-admission.gpu-admission.svc"
 
@@ -174,11 +174,13 @@ def test_blocking_never_means_forever_on_a_server_connection(pair: certs.Certifi
         assert server.recv(100) == b"POST /validate HTTP/1.1\r\n"
         server.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         assert client.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        cut_before = connections_cut_off()
         started = time.monotonic()
         with pytest.raises(TimeoutError, match=r"^no progress from the client in 0.2 s$"):
             server.recv(100)  # the rest never comes
         assert 0.15 < time.monotonic() - started < 2.0
         assert client.recv(100) == b""  # and the connection is over
+        assert connections_cut_off() == cut_before + 1
 
 
 def test_a_client_that_never_reads_cannot_hold_a_write(pair: certs.CertificatePaths) -> None:

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from webhook.core.model import QuotaLimits, Snapshot
 
 from .source import SnapshotSource
+from .tls import CLIENT_TIMEOUT, connections_cut_off
 
 # Admissions answer in milliseconds; the API server gives up after its timeout (5 s in the chart).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -73,9 +74,25 @@ class AdmissionMetrics:
             registry=self.registry,
         )
         self.registry.register(ClusterCollector(source, cert_file))
+        self.registry.register(CutOffCollector())
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CutOffCollector(Collector):
+    """Client connections the TLS layer cut off, read from it when scraped."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "gpu_admission_connections_cut_off",
+            f"Client connections cut off after making no progress for {CLIENT_TIMEOUT:g} s (stalled"
+            " mid-handshake, mid-request or while taking the answer): misbehaving clients or a lossy network.",
+            value=float(connections_cut_off()),
+        )
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return iter(())
 
 
 class ClusterCollector(Collector):

@@ -55,6 +55,8 @@ class _Overdue:
         self._due: dict[TimedSSLSocket, float] = {}
         self._thread: threading.Thread | None = None
         self._spawning = threading.Lock()
+        self.cut = 0
+        """Connections cut off so far (written by the deadline thread only)."""
         os.register_at_fork(after_in_child=self._forget)
 
     def watch(self, sock: TimedSSLSocket, seconds: float) -> None:
@@ -75,7 +77,7 @@ class _Overdue:
 
     def _forget(self) -> None:
         """In a forked worker: no thread yet, nothing in progress."""
-        self._thread, self._due, self._spawning = None, {}, threading.Lock()
+        self._thread, self._due, self._spawning, self.cut = None, {}, threading.Lock(), 0
 
     def _run(self) -> None:
         while True:
@@ -84,9 +86,15 @@ class _Overdue:
             for sock, due in list(self._due.items()):
                 if due <= now and self._due.pop(sock, None) is not None:
                     sock.cut_off()
+                    self.cut += 1
 
 
 _OVERDUE = _Overdue()
+
+
+def connections_cut_off() -> int:
+    """Client connections this process cut off for making no progress (a metric)."""
+    return _OVERDUE.cut
 
 
 class TimedSSLSocket(ssl.SSLSocket):

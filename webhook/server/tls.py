@@ -143,12 +143,11 @@ class TimedSSLSocket(ssl.SSLSocket):
         try:
             result = operation(*args)
         except OSError:
-            if self._cut:
-                raise TimeoutError(f"no progress from the client in {seconds:g} s") from None
-            raise
+            if not self._cut:
+                raise
         finally:
             _OVERDUE.done(self)
-        if self._cut:
+        if self._cut:  # woken by cut_off: whatever the operation saw (an end, an error), the client stalled
             raise TimeoutError(f"no progress from the client in {seconds:g} s")
         return result
 

@@ -108,7 +108,9 @@ def test_existing_node_affinity_terms_are_anded_with_ours() -> None:
             }
         }
     }
-    _, patched, _ = chain(pod({"nvidia.com/gpu": 8}, affinity=user))
+    zoned = snapshot(*(dataclasses.replace(n, labels={**n.labels, "zone": z}) for n, z in
+                       zip(CLUSTER.nodes.values(), ("z1", "z2", "z3"), strict=True)))  # the user's zones exist
+    _, patched, _ = chain(pod({"nvidia.com/gpu": 8}, affinity=user), zoned)
     terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
@@ -313,7 +315,8 @@ def test_the_patch_leaves_the_pod_as_it_was_and_keeps_what_the_pod_had() -> None
         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
     }
     before = json.loads(json.dumps(p))
-    decision = admit.mutate(p, snapshot(node("n1", A100, 8)), Policy())
+    n1 = dataclasses.replace(node("n1", A100, 8), labels={"zone": "a"})  # in the pod's required zone
+    decision = admit.mutate(p, snapshot(n1), Policy())
     assert decision.allowed and decision.patch
     assert p == before
     patched = jsonpatch.apply_patch(p, [dict(op) for op in decision.patch])

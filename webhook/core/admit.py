@@ -31,8 +31,7 @@ from .policy import Policy
 from .quota import check_quota
 from .record import ANNOTATION, allocation_from_json
 from .resources import parse_pod
-from .rules import check_policy, check_satisfiable, model_allowed
-from .topology import largest_nvlink_clique
+from .rules import check_policy, check_satisfiable, model_allowed, whole_cards
 from .vendors import is_mapping, list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
@@ -169,13 +168,9 @@ def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
         limit=max(policy.preferred_nodes, 1),
         workload_mix=mix,
         scorers=policy.scorers,
+        allowed_models=policy.rule(request.namespace).allowed_models,  # restricts placement, not only names
+        tolerations=policy.tolerations,
     )
-
-
-def _largest_nvlink(request: PodRequest, snapshot: Snapshot) -> int:
-    sizes = [largest_nvlink_clique(n) for n in snapshot.nodes.values()
-             if n.gpus and n.vendor == request.vendor and model_allowed(n.gpu_model, request)]
-    return max(sizes, default=0)
 
 
 def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy,
@@ -237,7 +232,10 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         mismatch = _env_mismatch(request, recorded, policy.backend_for(request.namespace))
         if mismatch:
             return request, _deny(403, "isolation-env", mismatch), recorded
-    denial = check_policy(request, policy)
+    if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
+        denial = check_policy(request.evolve(memory_mib=None, memory_pct=None, cores=100), policy)
+    else:
+        denial = check_policy(request, policy)
     if denial:
         return request, _deny(denial.code, denial.rule, denial.message), recorded
     return request, None, recorded
@@ -246,7 +244,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
 def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[Decision | None, Placement | None]:
     placement = place(request, index_of(snapshot), _context(request, policy))
     if not placement.eligible:
-        denial = check_satisfiable(request, snapshot, policy, _largest_nvlink(request, snapshot))
+        denial = check_satisfiable(request, snapshot, policy)
         return _deny(denial.code, denial.rule, denial.message), placement
     return None, placement
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .dialects import MUTEX
 from .model import PodRequest, TopologyClass, TopologyPreference
 from .nodeindex import LEVELS, Shape, State, share_level
 from .topology import GpuSet, mask_of
@@ -39,22 +40,29 @@ class Demand:
     uuids_include: tuple[str, ...]
     uuids_exclude: tuple[str, ...]
     key: tuple[Any, ...]
+    allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels, lower-cased substrings
+    cordon_ok: bool = False  # tolerates node.kubernetes.io/unschedulable: cordoned nodes may host it
 
 
-def demand_of(request: PodRequest) -> Demand:
-    include = tuple(m.lower() for m in request.models_include if m) if request.models_include else ()
-    exclude = tuple(m.lower() for m in request.models_exclude if m) if request.models_exclude else ()
+def _lowered(models: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(m.strip().lower() for m in models if m.strip()) if models else ()
+
+
+def demand_of(request: PodRequest, allowed_models: tuple[str, ...] = (), cordon_ok: bool = False) -> Demand:
+    include = _lowered(request.models_include)
+    exclude = _lowered(request.models_exclude)
+    allowed = _lowered(allowed_models)
     required = request.topology is TopologyPreference.REQUIRED
     aware = request.topology is not TopologyPreference.NONE
     exclusive = not request.shared
     key = (
         request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
-        request.cpu_milli, request.memory_mib_host, include, exclude, required, aware,
+        request.cpu_milli, request.memory_mib_host, include, exclude, required, aware, allowed, cordon_ok,
     )  # fmt: skip
     return Demand(
         request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
         request.cpu_milli, request.memory_mib_host, include, exclude, required, aware, request.gpu_placement,
-        request.uuids_include, request.uuids_exclude, key,
+        request.uuids_include, request.uuids_exclude, key, allowed, cordon_ok,
     )  # fmt: skip
 
 
@@ -109,7 +117,7 @@ def _static(shape: Shape, demand: Demand) -> Fit | str:
     node = shape.template
     if demand.vendor and node.vendor != demand.vendor:
         return "vendor"
-    if node.unschedulable:
+    if node.unschedulable and not demand.cordon_ok:
         return "unschedulable"
     if len(node.gpus) < demand.count:
         return "gpu-count"
@@ -119,6 +127,8 @@ def _static(shape: Shape, demand: Demand) -> Fit | str:
         if demand.include and not any(m in model for m in demand.include):
             continue
         if any(m in model for m in demand.exclude):
+            continue
+        if demand.allowed_models and not any(m in model for m in demand.allowed_models):
             continue
         allowed |= 1 << i
     if allowed.bit_count() < demand.count:
@@ -193,14 +203,17 @@ def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -
         return _linked(found, fit, demand)
     usage = state.usage.gpus
     fitting: list[tuple[float, int]] = []
+    spread, mutex = policy.startswith("spread"), policy.endswith(MUTEX)  # HAMi's gpu-scheduler-policy
     for i, gpu in enumerate(node.gpus):
         if not allowed >> i & 1:
             continue
         u = usage[i]
         if u.exclusive or gpu.memory_mib - u.memory_mib < fit.memory[i] or u.cores + fit.cores[i] > 100:
             continue
+        if (mutex and u.tasks > 0) or (fit.cores[i] == 0 and u.cores >= 100):
+            continue  # mutex: unused GPUs only; no best-effort task on a card whose compute is all promised
         used = max(u.memory_mib / gpu.memory_mib if gpu.memory_mib else 0.0, u.cores / 100)
-        fitting.append((-used if policy != "spread" else used, i))
+        fitting.append((used if spread else -used, i))
     if len(fitting) < demand.count:
         return "busy"
     fitting.sort()

@@ -16,6 +16,7 @@ from itertools import count
 from typing import Any
 
 from .model import GpuUsage, Node, NodeUsage
+from .nodeconstraints import SCHEDULING_EFFECTS, LabelIndex
 from .topology import LinkGraph
 
 _MEMO_LIMIT = 4096
@@ -156,6 +157,17 @@ class Statics:
     eligible: dict[Any, tuple[str, ...]] = field(default_factory=dict)
     tokens: dict[Any, int] = field(default_factory=dict)  # request signature -> memo key
     counter: Iterator[int] = field(default_factory=count)
+    # Node constraints (labels and taints are not part of a shape): whether any node has a taint that
+    # keeps pods off, the label index (built on first need) and the reach of each set of constraints.
+    tainted: bool = False
+    labels: LabelIndex | None = None
+    reach: dict[Any, Any] = field(default_factory=dict)
+
+    def label_index(self) -> LabelIndex:
+        found = self.labels
+        if found is None:
+            found = self.labels = LabelIndex(self.nodes)
+        return found
 
     def token(self, key: Any) -> int:
         """An integer standing for a request signature: cheap to hash in the per-state memos.
@@ -213,7 +225,8 @@ class NodeIndex:
                 for i, gpu in enumerate(nodes[name].gpus):
                     if gpu.uuid:
                         uuid_node[gpu.uuid] = (name, i)
-        statics = Statics(nodes, tuple(shapes), shape_of, uuid_node)
+        tainted = any(t.effect in SCHEDULING_EFFECTS for node in nodes.values() for t in node.taints)
+        statics = Statics(nodes, tuple(shapes), shape_of, uuid_node, tainted=tainted)
         members: dict[tuple[int, NodeUsage], list[str]] = {}
         for name in sorted(nodes):
             shape = shape_of[name]

@@ -12,14 +12,17 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from .nodeconstraints import CORDON, NodeConstraints, constraints_of
 from .nodeindex import NodeIndex, Shape, taken
+from .nodereach import ShapeReach, constraint_key, count_rejections, reach_of, shape_names, weight_groups
 from .scoring import Candidate, option_of, score_all
 from .topology import expected_loss
+from .vendors import VENDORS
 
 __all__ = [
     "DEFAULT_LOSS",
@@ -29,6 +32,7 @@ __all__ = [
     "Scorer",
     "WorkloadShape",
     "commit",
+    "constraints_for",
     "index_of",
     "place",
 ]
@@ -47,6 +51,10 @@ _ELIGIBLE_MEMO = 256
 _NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
 
 POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+
+# The toleration the mutation adds for the vendor's device taint (its count resource, as the device
+# plugins' taint convention; the first dialect of each vendor in the table).
+GPU_TAINT_KEYS: Mapping[str, str] = {v.vendor: v.count for v in reversed(VENDORS)}
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,16 @@ class PlacementContext:
     workload_mix: tuple[WorkloadShape, ...] = ()  # empty: the policy learns or assumes a default
     scorers: Mapping[str, Scorer] = field(default_factory=dict)
     seed: int = 0  # for the random policy
+    allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
+    tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
+
+
+def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
+    """The pod's node constraints with the tolerations the mutation will add to it: the vendor's device
+    taint and the policy's `tolerations`."""
+    gpu_taint = {"key": GPU_TAINT_KEYS.get(request.vendor, "nvidia.com/gpu"), "operator": "Exists",
+                 "effect": "NoSchedule"}
+    return constraints_of(request.raw, (gpu_taint, *tolerations))
 
 
 def index_of(snapshot: Snapshot) -> NodeIndex:
@@ -110,8 +128,10 @@ def _candidates(
     ctx: PlacementContext,
     rejected: dict[str, int],
     eligible: list[str] | None,
+    reach: ShapeReach | None,
 ) -> list[Candidate]:
-    """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked."""
+    """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked.
+    `reach`: the nodes the pod's own constraints allow, per shape (None: all)."""
     include, exclude = _uuid_masks(index, demand)
     token = index.statics.token(demand.key)
     gpu_policy = demand.gpu_policy or ctx.gpu_policy
@@ -122,34 +142,49 @@ def _candidates(
             rejected[reason] = rejected.get(reason, 0) + count
 
     for shape in index.statics.shapes:
+        reachable = shape_names(reach, shape)
+        if reachable is not None:
+            count_rejections(reach, shape, rejected)
+            if not reachable:
+                continue
         verdict = static_verdict(shape, demand)
         if isinstance(verdict, str):
-            reject(verdict, len(shape.names))
+            reject(verdict, len(shape.names) if reachable is None else len(reachable))
             continue
         if include is not None:
-            _restricted(index, shape, verdict, demand, token, gpu_policy, include, True, out, reject, eligible)
+            masks = include if reachable is None else {n: m for n, m in include.items() if n in reachable}
+            _restricted(index, shape, verdict, demand, token, gpu_policy, masks, True, out, reject, eligible,
+                        len(shape.names) if reachable is None else len(reachable))
             continue
         special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape} if exclude else _NONE
+        if special and reachable is not None:
+            special = {n: m for n, m in special.items() if n in reachable}
         if special:
-            _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible)
-            if eligible is not None:
-                eligible.extend(n for n in shape.names if n not in special)
-        elif eligible is not None:
-            eligible.extend(shape.names)
+            _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible, 0)
+        if eligible is not None:
+            names_here = shape.names if reachable is None else sorted(reachable)
+            eligible.extend(n for n in names_here if n not in special) if special else eligible.extend(names_here)
         # Nodes without room for the pod on any GPU are counted, never looked at.
         first = verdict.first_bucket
-        busy = index.count_below(shape, first)
-        if special:
-            busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
-        reject("busy", busy)
+        if reachable is None:
+            busy = index.count_below(shape, first)
+            if special:
+                busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
+        else:
+            busy = len(reachable) - len(special)  # less those seen in the classes below
         allowed = verdict.allowed
         key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
         for node_class in index.classes(shape, first):
             names = node_class.names
+            if reachable is not None:
+                assert reach is not None
+                names = reach.within(names, reachable)
             if special and any(n in special for n in names):
                 names = tuple(n for n in names if n not in special)
-                if not names:
-                    continue
+            if not names:
+                continue
+            if reachable is not None:
+                busy -= len(names)
             choice = node_class.state.memo.get(key)
             if choice is None:
                 choice = choose_gpus(node_class.state, verdict, allowed, demand, gpu_policy, token)
@@ -157,6 +192,7 @@ def _candidates(
                 reject(choice, len(names))
             else:
                 out.append(Candidate(node_class.state, names, choice, verdict, allowed))
+        reject("busy", busy)
     return out
 
 
@@ -172,8 +208,10 @@ def _restricted(
     out: list[Candidate],
     reject: Callable[[str, int], None],
     eligible: list[str] | None,
+    reachable: int,
 ) -> None:
-    """Nodes whose GPUs the pod names by UUID, one at a time (there are few)."""
+    """Nodes whose GPUs the pod names by UUID, one at a time (there are few). `reachable`: how many nodes
+    of the shape the pod's constraints allow (the others are counted already)."""
     for name in sorted(masks):
         if index.statics.shape_of[name] is not shape:
             continue
@@ -193,7 +231,7 @@ def _restricted(
         else:
             out.append(Candidate(state, (name,), choice, fit, allowed))
     if only:
-        reject("uuid", len(shape.names) - sum(1 for n in masks if index.statics.shape_of[n] is shape))
+        reject("uuid", reachable - sum(1 for n in masks if index.statics.shape_of[n] is shape))
 
 
 # -- the decision -------------------------------------------------------------------------------
@@ -209,25 +247,27 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     "model", "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid") or not now
     ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
     """
-    demand = demand_of(request)
+    constraints = constraints_for(request, ctx.tolerations)
+    demand = demand_of(request, ctx.allowed_models, constraints.tolerates(CORDON))
+    reach = reach_of(index.statics, constraints)
     if demand.count <= 0:
         if request.is_gpu_pod:
             return Placement(eligible=(), options=(), rejected={})
-        return _place_on_host(request, demand, index, ctx)
+        return _place_on_host(request, demand, index, ctx, reach, constraints)
     rejected: dict[str, int] = {}
     # Eligibility depends on nothing that changes between index versions: computed once per demand.
     memo = index.statics.eligible
-    key = (demand.key, demand.uuids_include, demand.uuids_exclude)
+    key = (demand.key, demand.uuids_include, demand.uuids_exclude, constraint_key(constraints))
     eligible = memo.get(key)
     collected: list[str] | None = [] if eligible is None else None
-    cands = _candidates(index, demand, ctx, rejected, collected)
+    cands = _candidates(index, demand, ctx, rejected, collected, reach)
     if eligible is None:
         assert collected is not None
         eligible = _remember(memo, key, collected)
     for cand in cands:
         cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
     topology_first = demand.count > 1 and demand.topology_aware
-    options = _ranked(cands, topology_first, request, demand, index, ctx)
+    options = _ranked(cands, topology_first, request, demand, index, ctx, reach)
     return Placement(eligible=eligible, options=options, rejected=rejected)
 
 
@@ -240,15 +280,26 @@ def _remember(memo: dict[Any, tuple[str, ...]], key: Any, collected: list[str]) 
 
 
 def _ranked(cands: list[Candidate], topology_first: bool, request: PodRequest, demand: Demand, index: NodeIndex,
-            ctx: PlacementContext) -> tuple[Option, ...]:
-    """The best options among the candidates, by the context's policy."""
+            ctx: PlacementContext, reach: ShapeReach | None) -> tuple[Option, ...]:
+    """The best options among the candidates, by the context's policy; the pod's preferred node affinity
+    breaks ties between equal scores (the weights of the terms a node meets, summed as the scheduler's
+    NodeAffinity score does)."""
     if ctx.policy == "random":
         return tuple(_random_options(cands, topology_first, ctx))
     score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
-    return tuple(_best_options(cands, topology_first, ctx))
+    if reach is None or not reach.weights:
+        return tuple(_best_options(cands, topology_first, ctx, None))
+    split: list[Candidate] = []
+    prefs: list[int] = []
+    for cand in cands:
+        for weight, names in weight_groups(cand.names, reach.weights):
+            split.append(cand if names is cand.names else replace(cand, names=names))
+            prefs.append(weight)
+    return tuple(_best_options(split, topology_first, ctx, prefs))
 
 
-def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext) -> Placement:
+def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext,
+                   reach: ShapeReach | None, constraints: NodeConstraints) -> Placement:
     """A pod asking for no GPU: any schedulable node with room for its CPU and memory, GPU-less ones too.
 
     Scored by the same policy as GPU pods (the fragmentation policy sees the node's growth in
@@ -256,34 +307,46 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     """
     rejected: dict[str, int] = {}
     memo = index.statics.eligible
-    key = ("host", demand.key)
+    key = ("host", demand.key, constraint_key(constraints))
     eligible = memo.get(key)
     collected: list[str] = []
     cands: list[Candidate] = []
     no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
     for shape in index.statics.shapes:
         node = shape.template
+        reachable = shape_names(reach, shape)
+        if reachable is not None:
+            count_rejections(reach, shape, rejected)
+            if not reachable:
+                continue
         reason = _host_verdict(node, demand)
         if reason:
-            rejected[reason] = rejected.get(reason, 0) + len(shape.names)
+            rejected[reason] = rejected.get(reason, 0) + (len(shape.names) if reachable is None else len(reachable))
             continue
-        collected.extend(shape.names)
+        collected.extend(shape.names if reachable is None else reachable)
         for node_class in index.classes(shape):
             state = node_class.state
+            names = node_class.names
+            if reachable is not None:
+                assert reach is not None
+                names = reach.within(names, reachable)
+                if not names:
+                    continue
             if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
-                rejected["cpu"] = rejected.get("cpu", 0) + len(node_class.names)
+                rejected["cpu"] = rejected.get("cpu", 0) + len(names)
             elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
-                rejected["host-memory"] = rejected.get("host-memory", 0) + len(node_class.names)
+                rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
             else:
-                cands.append(Candidate(state, node_class.names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
+                cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
     if eligible is None:
         eligible = _remember(memo, key, collected)
-    return Placement(eligible=eligible, options=_ranked(cands, False, request, demand, index, ctx), rejected=rejected)
+    options = _ranked(cands, False, request, demand, index, ctx, reach)
+    return Placement(eligible=eligible, options=options, rejected=rejected)
 
 
 def _host_verdict(node: Node, demand: Demand) -> str:
     """Why a node could never host a pod asking for no GPU ("" when it could)."""
-    if node.unschedulable:
+    if node.unschedulable and not demand.cordon_ok:
         return "unschedulable"
     if 0 < node.cpu_milli < demand.cpu:
         return "cpu"
@@ -296,27 +359,29 @@ _NO_GPU = Choice(gpus=(), memory=0, cores=0, topology=TopologyClass.SINGLE)
 _NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
 
 
-def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
-    """The `limit` best nodes: by loss (multi-GPU), then score, then node name across equal classes."""
+def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext,
+                  prefs: list[int] | None) -> list[Option]:
+    """The `limit` best nodes: by loss (multi-GPU), then score, then preferred-affinity weight (`prefs`,
+    parallel to `cands`), then node name across equal classes."""
     limit = ctx.limit
     ranked = []
     for k, c in enumerate(cands):
-        ranked.append((c.loss if topology_first else 0.0, -c.score, c.names[0], k))
+        ranked.append((c.loss if topology_first else 0.0, -c.score, -prefs[k] if prefs else 0, c.names[0], k))
     ranked.sort()
     options: list[Option] = []
     i = 0
     while i < len(ranked) and len(options) < limit:
         j = i + 1
-        while j < len(ranked) and ranked[j][:2] == ranked[i][:2]:
+        while j < len(ranked) and ranked[j][:3] == ranked[i][:3]:
             j += 1
         need = limit - len(options)
         if j == i + 1:  # one class: its names are in order already
-            cand = cands[ranked[i][3]]
+            cand = cands[ranked[i][4]]
             for name in cand.names[:need]:
                 options.append(option_of(cand, name, ctx))
         else:  # equal classes: the first names of each, interleaved by name
             names = []
-            for _, _, _, k in ranked[i:j]:
+            for *_, k in ranked[i:j]:
                 for name in cands[k].names[:need]:
                     names.append((name, k))
             names.sort()

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Node, PodRequest, Snapshot, TopologyPreference
+from .model import Allocation, PodRequest, Snapshot, TopologyPreference
+from .nodeconstraints import AFFINITY, CORDON, CORDONED, SELECTOR, TAINT, NodeConstraints
+from .nodeindex import Shape, Statics
+from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
+from .placement import constraints_for, index_of
 from .policy import Policy
+from .topology import largest_nvlink_clique
 
 
 @dataclass(frozen=True)
@@ -23,9 +28,12 @@ def _matches(model: str, patterns: tuple[str, ...]) -> bool:
     return any(p.strip().lower() in lowered for p in patterns if p.strip())
 
 
-def model_allowed(model: str, request: PodRequest) -> bool:
-    """HAMi's use-gputype / nouse-gputype semantics: case-insensitive substrings of the model."""
+def model_allowed(model: str, request: PodRequest, allowed_models: tuple[str, ...] = ()) -> bool:
+    """HAMi's use-gputype / nouse-gputype semantics: case-insensitive substrings of the model; and the
+    namespace's allowedModels (same matching) when given."""
     if request.models_include and not _matches(model, request.models_include):
+        return False
+    if allowed_models and not _matches(model, allowed_models):
         return False
     return not (request.models_exclude and _matches(model, request.models_exclude))
 
@@ -61,68 +69,139 @@ def check_policy(request: PodRequest, policy: Policy) -> Denial | None:
     return None
 
 
-def _vendor_nodes(request: PodRequest, snapshot: Snapshot) -> list[Node]:
-    return [n for n in snapshot.nodes.values() if n.gpus and n.vendor == request.vendor]
+def whole_cards(allocation: Allocation, snapshot: Snapshot) -> bool:
+    """Whether a recorded allocation holds whole cards (all of each card's compute and memory): the
+    decision annotation records a whole card as its memory, which is no slice of it."""
+    if allocation.cores < 100:
+        return False
+    node = snapshot.nodes.get(allocation.node) if allocation.node else None
+    if node is not None and allocation.gpus and 0 <= allocation.gpus[0] < len(node.gpus):
+        return allocation.memory_mib >= node.gpus[allocation.gpus[0]].memory_mib
+    cards = [g.memory_mib for s in index_of(snapshot).statics.shapes if s.template.gpu_model == allocation.model
+             for g in s.template.gpus]  # recorded while the cluster was full: no node chosen
+    return allocation.memory_mib >= max(cards, default=allocation.memory_mib)
 
 
-def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy, largest_nvlink: int) -> Denial:
-    """Why no node could ever host the request: the most specific reason that applies (422)."""
-    vendor_nodes = _vendor_nodes(request, snapshot)
-    if not vendor_nodes:
+def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Denial:
+    """Why no node could ever host the request: the most specific reason that applies (422).
+
+    Only nodes the pod itself can reach count (its nodeSelector, required node affinity, tolerations,
+    cordons), and the message names the constraint that narrowed the choice. Read per node shape from
+    the placement index, so a refusal costs about as little as an admission."""
+    statics = index_of(snapshot).statics
+    shapes = [s for s in statics.shapes if s.template.gpus and s.template.vendor == request.vendor]
+    if not shapes:
         return Denial(422, "no-such-gpu", f"asks for {request.vendor} GPUs, but no node in the cluster has any")
+    constraints = constraints_for(request, policy.tolerations)
+    reach = reach_of(statics, constraints)
+    cordon_ok = constraints.tolerates(CORDON)
+    refused: dict[str, int] = {}
+    reachable: list[Shape] = []
+    for shape in shapes:
+        count_rejections(reach, shape, refused)
+        names = shape_names(reach, shape)
+        count = len(shape.names) if names is None else len(names)
+        if count and shape.template.unschedulable and not cordon_ok:
+            refused[CORDONED] = refused.get(CORDONED, 0) + count
+        elif count:
+            reachable.append(shape)
+    if not reachable:
+        return _unreachable(request, constraints, refused, sum(len(s.names) for s in shapes))
+    where = " and ".join(constraints.describe(r) for r in (SELECTOR, AFFINITY, TAINT, CORDONED) if refused.get(r))
     rule = policy.rule(request.namespace)
-    models = sorted({n.gpu_model for n in vendor_nodes})
-    eligible = [
-        n for n in vendor_nodes
-        if model_allowed(n.gpu_model, request)
-        and (not rule.allowed_models or _matches(n.gpu_model, rule.allowed_models))
-    ]
+    models = sorted({s.template.gpu_model for s in reachable})
+    eligible = [s for s in reachable if model_allowed(s.template.gpu_model, request, rule.allowed_models)]
     if not eligible:
-        asked = ", ".join(request.models_include) or "(any)"
-        excluded = f", excluding {', '.join(request.models_exclude)}" if request.models_exclude else ""
-        return Denial(
-            422,
-            "no-such-model",
-            f"asks for GPU model {asked}{excluded}; the cluster has {', '.join(models)}: "
-            "change nvidia.com/use-gputype or nvidia.com/nouse-gputype",
-        )
-    largest = max(len(n.gpus) for n in eligible)
+        return _no_model(request, rule.allowed_models, models, where)
+    largest = max(len(s.template.gpus) for s in eligible)
     if request.gpus > largest:
+        if where:
+            return Denial(
+                422,
+                "too-many-gpus",
+                f"no node matching {where} has {request.gpus} GPUs; the largest has {largest}: ask for at most "
+                f"{largest}, or widen the pod's node constraints",
+            )
         return Denial(
             422,
             "too-many-gpus",
             f"asks for {request.gpus} GPUs in one pod; the largest eligible node has {largest}: "
             f"ask for at most {largest}, or split the job into several pods",
         )
+    within = f" matching {where}" if where else ""
     topology = request.topology or policy.topology
+    largest_nvlink = max(largest_nvlink_clique(s.template) for s in eligible)
     if topology is TopologyPreference.REQUIRED and request.gpus > largest_nvlink:
         return Denial(
             422,
             "topology-unsatisfiable",
             f"asks for {request.gpus} GPUs all linked by NVLink (gpu-admission.io/topology: required); "
-            f"the largest NVLink-connected set on any eligible node has {largest_nvlink} GPUs: ask for at most "
-            f"{largest_nvlink}, or set gpu-admission.io/topology: preferred",
+            f"the largest NVLink-connected set on any eligible node{within} has {largest_nvlink} GPUs: ask for "
+            f"at most {largest_nvlink}, or set gpu-admission.io/topology: preferred",
         )
-    largest_card = max(g.memory_mib for n in eligible for g in n.gpus)
+    largest_card = max(g.memory_mib for s in eligible for g in s.template.gpus)
     if request.memory_mib is not None and request.memory_mib > largest_card:
         return Denial(
             422,
             "memory-too-large",
-            f"asks for {request.memory_mib} MiB of GPU memory per GPU; the largest eligible card has "
+            f"asks for {request.memory_mib} MiB of GPU memory per GPU; the largest eligible card{within} has "
             f"{largest_card} MiB: lower nvidia.com/gpumem to at most {largest_card}",
         )
     if request.uuids_include:
-        uuids = {g.uuid for n in eligible for g in n.gpus}
-        if not uuids.intersection(request.uuids_include):
+        usable = {id(s) for s in eligible}
+        found = [statics.uuid_node.get(u) for u in request.uuids_include]
+        if not any(w and id(statics.shape_of[w[0]]) in usable and (reach is None or _admits(reach, statics, w[0]))
+                   for w in found):
             return Denial(
                 422,
                 "no-such-uuid",
                 f"asks for GPU UUIDs {', '.join(request.uuids_include)} (nvidia.com/use-gpuuuid); no eligible "
-                "node has any of them",
+                f"node{within} has any of them",
             )
     return Denial(
         422,
         "unschedulable",
-        f"no node could ever host {request.gpus} GPU(s) with these constraints (CPU {request.cpu_milli}m, "
-        f"memory {request.memory_mib_host} MiB, model, UUID and topology filters): relax the request",
+        f"no node{within} could ever host {request.gpus} GPU(s) with these constraints (CPU "
+        f"{request.cpu_milli}m, memory {request.memory_mib_host} MiB, model, UUID and topology filters): "
+        "relax the request",
+    )
+
+
+def _admits(reach: ShapeReach, statics: Statics, name: str) -> bool:
+    names = reach.names.get(statics.shape_of[name].number)
+    return names is None or name in names
+
+
+def _unreachable(request: PodRequest, constraints: NodeConstraints, refused: dict[str, int], total: int) -> Denial:
+    """No GPU node of the vendor is one the pod's own constraints allow."""
+    parts = [f"{refused[r]} by {constraints.describe(r)}" for r in (SELECTOR, AFFINITY, TAINT) if refused.get(r)]
+    if refused.get(CORDONED):
+        parts.append(f"{refused[CORDONED]} cordoned (spec.unschedulable)")
+    first = next(r for r in (SELECTOR, AFFINITY, TAINT, CORDONED) if refused.get(r))
+    return Denial(
+        422,
+        "no-matching-node",
+        f"asks for {request.vendor} GPUs, but no GPU node matches {constraints.describe(first)} "
+        f"(of {total} {request.vendor} GPU nodes, excluded: {'; '.join(parts)}): change the pod's "
+        "nodeSelector, node affinity or tolerations",
+    )
+
+
+def _no_model(request: PodRequest, allowed: tuple[str, ...], models: list[str], where: str) -> Denial:
+    asked = ", ".join(request.models_include) or "(any)"
+    excluded = f", excluding {', '.join(request.models_exclude)}" if request.models_exclude else ""
+    have = f"the nodes matching {where} have" if where else "the cluster has"
+    permitted = [m for m in models if model_allowed(m, request)]
+    if allowed and permitted:
+        return Denial(
+            422,
+            "no-such-model",
+            f"namespace {request.namespace} may use only GPU models {', '.join(allowed)} (policy namespaces."
+            f"{request.namespace}.allowedModels), and {have} {', '.join(models)}: ask an administrator",
+        )
+    return Denial(
+        422,
+        "no-such-model",
+        f"asks for GPU model {asked}{excluded}; {have} {', '.join(models)}: "
+        "change nvidia.com/use-gputype or nvidia.com/nouse-gputype",
     )

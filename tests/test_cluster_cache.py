@@ -23,6 +23,8 @@ ITEM_KIND = {
     "namespaces": "Namespace",
     "resourcequotas": "ResourceQuota",
     "gpuinventories": "GPUInventory",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
 }
 A100, L4 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"
 FREE = GpuUsage()
@@ -142,6 +144,8 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "team-b": (QuotaLimits("gpu-quota", 2, None, None),),
     }
     assert {n: ns.managed for n, ns in snap.namespaces.items()} == {"default": False, "team-a": True, "team-b": True}
+    assert {k: c.requests[0][1][0].count for k, c in snap.claims.items()} == {"team-a/one-gpu": 1, "team-b/four-gpus": 4}
+    assert set(snap.claim_templates) == {"team-a/gpu-claim-template"}
     assert snap == build_snapshot(mirror.all())
 
     # Stage 1: one stream per kind: heartbeat, bookmark, a new node, an inventory, binding, completion.
@@ -153,6 +157,8 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
     assert snap.nodes["gpu-b"].inventory_source == "inventory"
     assert snap.nodes["gpu-b"].pcie == (("X", "PHB"), ("PHB", "X")) and snap.nodes["gpu-b"].nvlink == ((0, 0), (0, 0))
     assert snap.nodes["gpu-c"].gpu_model == L4 and snap.nodes["gpu-c"].inventory_source == "labels"
+    assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus", "team-b/four-gpus"}
+    assert snap.claims["team-a/one-gpu"].reserved_for == ("pods/trainer",)  # who holds it: kept
     assert snap.usage == {
         "gpu-a": NodeUsage((whole(81920),) * 4, 16000, 131072, 2),
         "gpu-b": NodeUsage((FREE, FREE), 0, 0, 0),
@@ -190,6 +196,8 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "team-c": Usage(1, 4096, 25),
     }
     assert "team-c" not in snap.quotas and snap.namespaces["team-b"].managed is False
+    assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus"}
+    assert set(snap.claim_templates) == {"team-a/gpu-claim-template", "team-c/eight"}
     assert snap == build_snapshot(mirror.all())
 
     # Each watch started from its list's resourceVersion, then from the last event or bookmark seen.
@@ -199,6 +207,8 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "namespaces": ["1000", "1020"],
         "resourcequotas": ["1000", "1020"],
         "pods": ["1000", "1020", "1040"],
+        "resourceclaims": ["1000", "1020"],
+        "resourceclaimtemplates": ["1000", "1020"],
     }
     assert reflectors["pods"].lists == 2 and reflectors["nodes"].lists == 1
     assert reflectors["pods"].resource_version == "1050"

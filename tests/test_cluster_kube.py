@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from webhook.cluster import main as snapshot_command
-from webhook.cluster.cache import ClusterCache
+from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.config import load_api_client
 from webhook.cluster.files import load_cluster
 from webhook.cluster.kube import KubeLister
@@ -31,6 +31,8 @@ PATHS = {
     "/api/v1/namespaces": "namespaces",
     "/api/v1/resourcequotas": "resourcequotas",
     "/apis/gpu-admission.io/v1alpha1/gpuinventories": "gpuinventories",
+    "/apis/resource.k8s.io/v1/resourceclaims": "resourceclaims",
+    "/apis/resource.k8s.io/v1/resourceclaimtemplates": "resourceclaimtemplates",
 }
 
 
@@ -133,13 +135,15 @@ def test_reflector_over_http_fills_the_cache(kubeconfig: str) -> None:
         yield from lister.stream(kind, version, timeout)
         stop.set()
 
-    for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
+    for kind in KINDS:
         stop.clear()
         Reflector(kind, lister.list_pages, one_stream, cache, stop=stop).run()
     assert cache.synced()
     snap = cache.snapshot()
     assert sorted(snap.nodes) == ["cpu-0", "gpu-a", "gpu-b", "gpu-c"]
     assert snap.namespace_usage["team-a"].gpus == 4
+    assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus", "team-b/four-gpus"}
+    assert set(snap.claim_templates) == {"team-a/gpu-claim-template"}
 
 
 def test_snapshot_command_writes_what_check_reads(kubeconfig: str, tmp_path: Path) -> None:
@@ -158,6 +162,8 @@ def test_snapshot_command_writes_what_check_reads(kubeconfig: str, tmp_path: Pat
             ("Namespace", "namespaces"),
             ("ResourceQuota", "resourcequotas"),
             ("GPUInventory", "gpuinventories"),
+            ("ResourceClaim", "resourceclaims"),
+            ("ResourceClaimTemplate", "resourceclaimtemplates"),
         ]
         for item in json.loads((DATA / f"{plural}.list1.json").read_text())["items"]
     ]
@@ -167,7 +173,7 @@ def test_snapshot_command_writes_what_check_reads(kubeconfig: str, tmp_path: Pat
 def test_a_cluster_without_the_inventory_crd_has_no_inventories(kubeconfig: str) -> None:
     Stub.without = {"gpuinventories"}
     objects = snapshot_command.live_objects(kubeconfig)
-    assert "GPUInventory" not in {o["kind"] for o in objects} and len(objects) == 13
+    assert "GPUInventory" not in {o["kind"] for o in objects} and len(objects) == 16
 
 
 def test_a_refusing_api_server_is_one_line(kubeconfig: str) -> None:
@@ -213,4 +219,20 @@ def test_a_missing_inventory_crd_lists_empty_and_is_looked_for_again(kubeconfig:
     cache = ClusterCache(clock=lambda: 0.0)
     reflector = Reflector("gpuinventories", lister.list_pages, lister.stream, cache)
     reflector.list_once()
-    assert cache.unsynced() == ["nodes", "namespaces", "resourcequotas", "pods"]
+    assert cache.unsynced() == ["nodes", "namespaces", "resourcequotas", "pods", "resourceclaims",
+                                "resourceclaimtemplates"]
+
+
+def test_a_cluster_before_kubernetes_1_34_has_no_dra_claims_and_still_syncs(kubeconfig: str) -> None:
+    from webhook.cluster.watch import Gone
+
+    Stub.without = {"resourceclaims", "resourceclaimtemplates"}
+    lister = KubeLister(load_api_client(kubeconfig), absent_recheck=0.0)
+    with pytest.raises(Gone, match=r"^resource\.k8s\.io/v1 resourceclaims are not served"):
+        list(lister.stream("resourceclaims", "", 30))
+    cache = ClusterCache(clock=lambda: 0.0)
+    for kind in ("resourceclaims", "resourceclaimtemplates"):
+        Reflector(kind, lister.list_pages, lister.stream, cache).list_once()
+    assert "resourceclaims" not in cache.unsynced() and cache.snapshot().claims == {}
+    objects = snapshot_command.live_objects(kubeconfig)
+    assert not {"ResourceClaim", "ResourceClaimTemplate"} & {o["kind"] for o in objects}

@@ -15,19 +15,22 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.model import Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.inventory import toolkit_from_json
+from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.resources import is_gpu_pod
 from webhook.core.vendors import ALLOCATION
 
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
-from .translate import host_usage_of, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
+from .translate import claim_of, host_usage_of, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
 
 log = logging.getLogger(__name__)
 
-KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods")
+KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "resourceclaims", "resourceclaimtemplates")
+CLAIM_KINDS = ("resourceclaims", "resourceclaimtemplates")
+CLAIM_ITEM_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate"}
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
 
-Inventory = tuple[Any, Any, Any]
+Inventory = tuple[Any, Any, Any, bool | None]  # GPUs, NVLink, PCIe, toolkit honours the env var
 
 
 class ClusterCache:
@@ -53,6 +56,7 @@ class ClusterCache:
         self._namespaces: dict[str, Namespace] = {}
         self._quotas: dict[str, dict[str, QuotaLimits]] = {}
         self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
+        self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
         self._gpu_pods = 0
@@ -160,7 +164,7 @@ class ClusterCache:
     def _key(self, kind: str, obj: Mapping[str, Any]) -> str:
         if kind == "pods":
             return pod_key(obj)
-        if kind == "resourcequotas":
+        if kind == "resourcequotas" or kind in CLAIM_KINDS:
             return f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name', '')}"
         return str(meta_of(obj).get("name", ""))
 
@@ -173,6 +177,8 @@ class ClusterCache:
             return list(self._inventory)
         if kind == "namespaces":
             return list(self._namespaces)
+        if kind in CLAIM_KINDS:
+            return list(self._claims[kind])
         return [f"{ns}/{name}" for ns, quotas in self._quotas.items() for name in quotas]
 
     def _bad(self, kind: str, obj: Mapping[str, Any], error: Exception) -> None:
@@ -182,6 +188,9 @@ class ClusterCache:
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "pods":
             self._upsert_pod(obj)
+            return
+        if kind in CLAIM_KINDS:
+            self._upsert_claim(kind, obj)
             return
         name = str(meta_of(obj).get("name", ""))
         if kind == "nodes":
@@ -193,7 +202,7 @@ class ClusterCache:
             self._refresh_node(name)
         elif kind == "gpuinventories":
             try:
-                self._inventory[name] = inventory_of(obj.get("spec"))
+                self._inventory[name] = (*inventory_of(obj.get("spec")), toolkit_from_json(obj.get("spec")))
             except ValueError as error:
                 self._bad(kind, obj, error)
                 self._inventory.pop(name, None)
@@ -239,6 +248,9 @@ class ClusterCache:
         elif kind == "namespaces":
             if self._namespaces.pop(key, None) is not None:
                 self._dirty.add("namespaces")
+        elif kind in CLAIM_KINDS:
+            if self._claims[kind].pop(key, None) is not None:
+                self._dirty.add(kind)
         else:
             ns, _, name = key.partition("/")
             quotas = self._quotas.get(ns, {})
@@ -253,8 +265,9 @@ class ClusterCache:
         node = base
         inventory = self._inventory.get(name)
         if base is not None and inventory is not None:
-            gpus, nvlink, pcie = inventory
-            node = replace(base, gpus=gpus, nvlink=nvlink, pcie=pcie, vendor="nvidia", inventory_source="inventory")
+            gpus, nvlink, pcie, toolkit = inventory
+            node = replace(base, gpus=gpus, nvlink=nvlink, pcie=pcie, vendor="nvidia", inventory_source="inventory",
+                           toolkit_envvar=toolkit)
         if self._nodes.get(name) == node:
             return
         if node is None:
@@ -271,6 +284,25 @@ class ClusterCache:
             self._count(pod, +1)
         if node is not None:
             self._recompute_usage(name)
+
+    # -- DRA claims -----------------------------------------------------------------------------
+
+    def _upsert_claim(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Keep only what counting needs (device requests, who holds the claim), so status churn
+        (allocation results, conditions) that changes none of it publishes nothing."""
+        key = self._key(kind, obj)
+        try:
+            claim: Claim | None = claim_of(obj, CLAIM_ITEM_KINDS[kind])[1]
+        except ValueError as error:
+            self._bad(kind, obj, error)
+            claim = None
+        table = self._claims[kind]
+        if claim is None:
+            if table.pop(key, None) is not None:
+                self._dirty.add(kind)
+        elif table.get(key) != claim:
+            table[key] = claim
+            self._dirty.add(kind)
 
     # -- pods -----------------------------------------------------------------------------------
 
@@ -388,7 +420,12 @@ class ClusterCache:
             if "namespace_usage" in dirty or previous is None
             else previous.namespace_usage
         )
-        self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache)
+        claims, templates = (
+            dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)
+            for kind, field in zip(CLAIM_KINDS, ("claims", "claim_templates"), strict=True)
+        )
+        self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache, claims=claims,
+                                   claim_templates=templates)
         self._dirty_nodes = False
         self._dirty_usage = set()
         self._dirty = set()

@@ -13,7 +13,7 @@ from typing import Any
 from webhook.errors import UserError
 from webhook.manifests import Document, load_documents, parse_text
 
-from .translate import CLUSTER_KINDS, inventory_of, namespace_of, node_of, quotas_of
+from .translate import CLUSTER_KINDS, claim_of, inventory_of, namespace_of, node_of, quotas_of
 
 DEMO_RESOURCE = "demo/cluster.yaml"
 
@@ -27,6 +27,8 @@ _CHECKS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
     "GPUInventory": _check_inventory,
     "Namespace": namespace_of,
     "ResourceQuota": quotas_of,
+    "ResourceClaim": claim_of,
+    "ResourceClaimTemplate": claim_of,
 }
 
 
@@ -52,7 +54,8 @@ def cluster_objects(documents: Sequence[Document]) -> list[dict[str, Any]]:
 
 
 def load_cluster(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """Node, Namespace, ResourceQuota, Pod and GPUInventory objects from files or directories.
+    """Node, Namespace, ResourceQuota, Pod, GPUInventory and DRA ResourceClaim(Template) objects from files
+    or directories.
 
     Raises UserError naming the file, document and field of the first object that is malformed.
     """

@@ -15,6 +15,14 @@ from typing import Any
 INVENTORY_GROUP = "gpu-admission.io"
 INVENTORY_VERSION = "v1alpha1"
 INVENTORY_PLURAL = "gpuinventories"
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"  # GA in Kubernetes 1.34
+# Kinds served by CustomObjectsApi (group, version, plural) that a cluster may lack: the GPUInventory
+# CRD when not installed, resource.k8s.io/v1 before Kubernetes 1.34. Absent: an empty list, looked for again.
+OPTIONAL: Mapping[str, tuple[str, str, str]] = {
+    INVENTORY_PLURAL: (INVENTORY_GROUP, INVENTORY_VERSION, INVENTORY_PLURAL),
+    "resourceclaims": (DRA_GROUP, DRA_VERSION, "resourceclaims"),
+    "resourceclaimtemplates": (DRA_GROUP, DRA_VERSION, "resourceclaimtemplates"),
+}
 
 # kind (plural, lower case) -> (apiVersion, Kind) that the items of a list lack and we add back
 KINDS: Mapping[str, tuple[str, str]] = {
@@ -23,6 +31,8 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "namespaces": ("v1", "Namespace"),
     "resourcequotas": ("v1", "ResourceQuota"),
     INVENTORY_PLURAL: (f"{INVENTORY_GROUP}/{INVENTORY_VERSION}", "GPUInventory"),
+    "resourceclaims": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaim"),
+    "resourceclaimtemplates": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaimTemplate"),
 }
 PAGE_SIZE = 500
 
@@ -55,14 +65,13 @@ class KubeLister:
             return self.core.list_namespace
         if kind == "resourcequotas":
             return self.core.list_resource_quota_for_all_namespaces
-        if kind == INVENTORY_PLURAL:
+        if kind in OPTIONAL:
+            group, version, plural = OPTIONAL[kind]
 
-            def list_inventories(**kwargs: Any) -> Any:
-                return self.custom.list_cluster_custom_object(
-                    INVENTORY_GROUP, INVENTORY_VERSION, INVENTORY_PLURAL, **kwargs
-                )
+            def list_custom(**kwargs: Any) -> Any:
+                return self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
 
-            return list_inventories
+            return list_custom
         raise ValueError(f"unknown kind {kind!r}")
 
     def list_pages(self, kind: str) -> Iterator[Mapping[str, Any]]:
@@ -81,8 +90,8 @@ class KubeLister:
             try:
                 response = call(**kwargs)
             except Exception as error:
-                if kind == INVENTORY_PLURAL and getattr(error, "status", None) == 404:
-                    yield {"metadata": {"resourceVersion": ""}, "items": []}  # no CRD: no inventories
+                if kind in OPTIONAL and getattr(error, "status", None) == 404:
+                    yield {"metadata": {"resourceVersion": ""}, "items": []}  # no CRD / no API: none of them
                     return
                 raise
             page = json.loads(response.data)
@@ -100,10 +109,12 @@ class KubeLister:
 
         from .watch import Gone
 
-        if kind == INVENTORY_PLURAL and not resource_version:
-            # The CRD was not installed when we listed: wait a watch's length, then list again.
+        if kind in OPTIONAL and not resource_version:
+            # The CRD (or API) was not there when we listed: wait a watch's length, then list again.
             time.sleep(min(timeout, self.absent_recheck))
-            raise Gone("the GPUInventory CRD is not installed")
+            if kind == INVENTORY_PLURAL:
+                raise Gone("the GPUInventory CRD is not installed")
+            raise Gone(f"{DRA_GROUP}/{DRA_VERSION} {kind} are not served (Kubernetes before 1.34)")
         call = self._call(kind)
         response = call(
             watch=True,

@@ -1,6 +1,6 @@
 """`gpu-admission snapshot`: save the live cluster objects that `check --cluster FILE` decides against.
 
-Nodes, Pods, Namespaces, ResourceQuotas and GPUInventories, as one `kind: List` YAML document,
+Nodes, Pods, Namespaces, ResourceQuotas, GPUInventories and DRA ResourceClaims(Templates), as one `kind: List` YAML document,
 without `metadata.managedFields` (bookkeeping of the API server that no reader needs).
 """
 
@@ -66,7 +66,7 @@ def live_objects(kubeconfig: str | None, context: str | None = None) -> list[dic
     A cluster without the GPUInventory CRD simply has none.
     """
     from .config import load_api_client
-    from .kube import INVENTORY_PLURAL, KINDS, KubeLister
+    from .kube import KINDS, OPTIONAL, KubeLister
     from .watch import status_code
 
     api_client = load_api_client(kubeconfig, context)
@@ -79,8 +79,8 @@ def live_objects(kubeconfig: str | None, context: str | None = None) -> list[dic
                 objects.extend(strip(item) for item in page.get("items") or ())
         except Exception as error:
             code = status_code(error)
-            if code == 404 and kind == INVENTORY_PLURAL:
-                continue  # the CRD is not installed: no inventories, GPUs come from node labels
+            if code == 404 and kind in OPTIONAL:
+                continue  # no CRD (GPUs come from node labels) or no resource.k8s.io/v1 (no DRA claims)
             if code is not None:
                 reason = getattr(error, "reason", "") or ""
                 raise UserError(f"{host}: cannot list {kind}: HTTP {code} {reason}".rstrip()) from None

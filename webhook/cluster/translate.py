@@ -12,14 +12,28 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.core.inventory import inventory_from_json
-from webhook.core.model import Gpu, GpuUsage, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Taint, Usage
+from webhook.core.dra import read_claim
+from webhook.core.inventory import inventory_from_json, toolkit_from_json
+from webhook.core.model import (
+    Claim,
+    Gpu,
+    GpuUsage,
+    Namespace,
+    Node,
+    NodeUsage,
+    QuotaLimits,
+    Snapshot,
+    Taint,
+    Usage,
+)
 from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
 from webhook.core.resources import parse_pod
 from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
 
-CLUSTER_KINDS = frozenset({"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory"})
+CLUSTER_KINDS = frozenset(
+    {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate"}
+)
 INVENTORY_ANNOTATION = "gpu-admission.io/inventory"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
@@ -141,8 +155,10 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
     gpus: tuple[Gpu, ...] = ()
     nvlink: tuple[tuple[int, ...], ...] = ()
     pcie: tuple[tuple[str, ...], ...] = ()
+    toolkit: bool | None = None
     if inventory_obj is not None:
         gpus, nvlink, pcie = inventory_of(inventory_obj.get("spec"))
+        toolkit = toolkit_from_json(inventory_obj.get("spec"))
         source = "inventory"
     elif INVENTORY_ANNOTATION in annotations:
         field = f"metadata.annotations[{INVENTORY_ANNOTATION}]"
@@ -174,7 +190,14 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         taints=tuple(taints),
         unschedulable=spec.get("unschedulable") is True,
         inventory_source=source,
+        toolkit_envvar=toolkit,
     )
+
+
+def claim_of(obj: Mapping[str, Any], kind: str | None = None) -> tuple[str, Claim]:
+    """A ResourceClaim or ResourceClaimTemplate: its "namespace/name" key and what the core counts."""
+    claim = read_claim(obj, kind)
+    return f"{claim.namespace}/{claim.name}", claim
 
 
 def namespace_of(obj: Mapping[str, Any]) -> Namespace:
@@ -367,6 +390,12 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         if quota is not None and (quota.gpus, quota.memory_mib, quota.cores) != (None, None, None):
             namespace = str(_map(obj.get("metadata")).get("namespace") or "default")
             quotas.setdefault(namespace, []).append(quota)
+    claims: dict[str, dict[str, Claim]] = {"ResourceClaim": {}, "ResourceClaimTemplate": {}}
+    for kind, table in claims.items():
+        for obj in by_kind[kind]:
+            found = guarded(kind, obj, claim_of)
+            if found is not None:
+                table[found[0]] = found[1]
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)
@@ -378,4 +407,6 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         namespaces=namespaces,
         quotas={ns: tuple(sorted(qs, key=lambda q: q.name)) for ns, qs in quotas.items()},
         namespace_usage=namespace_usage,
+        claims=claims["ResourceClaim"],
+        claim_templates=claims["ResourceClaimTemplate"],
     )

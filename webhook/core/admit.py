@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from . import dra
 from . import patch as patches
 from .limits import is_limit_env, limit_env
 from .model import (
@@ -197,7 +198,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
             ) -> tuple[PodRequest, Decision | None, Allocation | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
     one is already reached (allowed-unmanaged or denied), and the recorded allocation if any."""
-    request = parse_pod(pod, namespace)
+    request = dra.with_claims(parse_pod(pod, namespace), snapshot, policy)
     if not request.is_gpu_pod:
         return request, _allow("not-gpu-pod", gpu_pod=False), None
     if not is_managed(request.namespace, snapshot, policy):
@@ -271,7 +272,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     request = _normalise(request, snapshot, policy)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     placement: Placement | None = None
-    if recorded is None:
+    if recorded is None and request.dra_gpus:
+        allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
+    elif recorded is None:
         denial, placement = _plan(request, snapshot, policy)
         if denial:
             return replace(denial, warnings=tuple(warnings))

@@ -23,6 +23,9 @@ PCIE_LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 REQUIRED_GPU_FIELDS = ("index", "uuid", "model", "memoryMiB", "numa", "healthy")
 OPTIONAL_GPU_FIELDS = ("migMode", "nvlinkRemoteBusIds")
 TOP_LEVEL_FIELDS = ("version", "gpus", "nvlink", "pcie")
+OPTIONAL_TOP_LEVEL_FIELDS = ("toolkit",)
+# The node's NVIDIA container toolkit settings (config.toml), as the agent read them; absent: unknown.
+TOOLKIT_FIELDS = ("configPath", "acceptEnvvarUnprivileged", "acceptVolumeMounts", "mode")
 
 Matrix = tuple[tuple[int, ...], ...]
 LevelMatrix = tuple[tuple[str, ...], ...]
@@ -39,7 +42,9 @@ def inventory_from_json(spec: Any, field: str = "spec") -> tuple[tuple[Gpu, ...]
     """
     if not isinstance(spec, Mapping):
         raise InventoryError(f"{field}: must be an object, got {_type_name(spec)}")
-    _reject_unknown(spec, TOP_LEVEL_FIELDS, field)
+    _reject_unknown(spec, TOP_LEVEL_FIELDS + OPTIONAL_TOP_LEVEL_FIELDS, field)
+    if "toolkit" in spec:
+        toolkit_from_json(spec, field)
     for key in TOP_LEVEL_FIELDS:
         if key not in spec:
             raise InventoryError(f"{field}.{key}: required")
@@ -50,6 +55,26 @@ def inventory_from_json(spec: Any, field: str = "spec") -> tuple[tuple[Gpu, ...]
     nvlink = _nvlink(spec["nvlink"], len(gpus), f"{field}.nvlink")
     pcie = _pcie(spec["pcie"], len(gpus), f"{field}.pcie")
     return gpus, nvlink, pcie
+
+
+def toolkit_from_json(spec: Any, field: str = "spec") -> bool | None:
+    """Whether the node's toolkit honours NVIDIA_VISIBLE_DEVICES from unprivileged containers
+    (`toolkit.acceptEnvvarUnprivileged`); None when the inventory does not say."""
+    toolkit = spec.get("toolkit") if isinstance(spec, Mapping) else None
+    if toolkit is None:
+        return None
+    where = f"{field}.toolkit"
+    if not isinstance(toolkit, Mapping):
+        raise InventoryError(f"{where}: must be an object, got {_type_name(toolkit)}")
+    _reject_unknown(toolkit, TOOLKIT_FIELDS, where)
+    for key in ("configPath", "mode"):
+        if key in toolkit:
+            _text(toolkit[key], f"{where}.{key}")
+    if "acceptVolumeMounts" in toolkit:
+        _bool(toolkit["acceptVolumeMounts"], f"{where}.acceptVolumeMounts")
+    if "acceptEnvvarUnprivileged" not in toolkit:
+        return None
+    return _bool(toolkit["acceptEnvvarUnprivileged"], f"{where}.acceptEnvvarUnprivileged")
 
 
 def check_inventory(spec: Any, field: str = "spec") -> None:

@@ -56,6 +56,10 @@ class Node:
     unschedulable: bool = False
     # Where the GPU list came from: "inventory" (GPUInventory object), "annotation", "labels", "none".
     inventory_source: str = "none"
+    # The node's NVIDIA container toolkit, as its agent reported it: True when it honours
+    # NVIDIA_VISIBLE_DEVICES from unprivileged containers (the toolkit's default), False when it
+    # ignores it, None when unknown (no agent, or no config file on the node).
+    toolkit_envvar: bool | None = None
 
     @property
     def clique(self) -> str | None:
@@ -123,6 +127,31 @@ class Namespace:
         return self.labels.get("gpu-admission.io/enabled") == "true"
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceAsk:
+    """One way to satisfy a DRA device request (`exactly`, or one `firstAvailable` alternative)."""
+
+    device_class: str
+    count: int = 1  # allocationMode ExactCount's count
+    all_devices: bool = False  # allocationMode All: every matching device, a number unknown here
+    selectors: tuple[str, ...] = ()  # CEL expressions
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A ResourceClaim (or a ResourceClaimTemplate's claim spec), reduced to its device requests.
+
+    `requests` has one entry per request, each the tuple of its alternatives (one for `exactly`).
+    `reserved_for` names the consumers holding the claim now (status.reservedFor, "pods/<name>").
+    """
+
+    namespace: str
+    name: str
+    requests: tuple[tuple[str, tuple[DeviceAsk, ...]], ...] = ()
+    reserved_for: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the core knows about the cluster at one moment. Read-only by convention.
@@ -138,6 +167,9 @@ class Snapshot:
     namespace_usage: Mapping[str, Usage] = field(default_factory=dict)
     # Derived structures (the placement index) memoised per snapshot; never part of equality.
     cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # DRA ResourceClaims and ResourceClaimTemplates, by "namespace/name" (see core/dra.py).
+    claims: Mapping[str, Claim] = field(default_factory=dict)
+    claim_templates: Mapping[str, Claim] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +248,7 @@ class PodRequest:
     scheduler_name: str = "default-scheduler"
     node_name: str = ""
     is_gpu_pod: bool = False
+    dra_gpus: int = 0  # of `gpus`, those that come through DRA claims or DRA-backed extended resources
     violations: tuple[Violation, ...] = ()
     warnings: tuple[str, ...] = ()
     # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.

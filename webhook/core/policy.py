@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import TopologyClass, TopologyPreference
+from .vendors import is_gpu_resource
 
 BUILTIN_PLACEMENTS = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 GPU_PLACEMENTS = ("binpack", "spread")
@@ -18,6 +19,7 @@ BACKENDS = ("hami-core", "mps", "none")
 WHEN_FULL = ("admit", "deny")
 ON_STALE = ("deny", "allow")
 MANAGED_MODES = ("labelled", "all")
+DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")  # NVIDIA's DRA driver for GPUs
 
 DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
     TopologyClass.SINGLE: 0.0,
@@ -81,6 +83,10 @@ class Policy:
     on_stale: str = "deny"
     reservation_ttl_seconds: float = 120.0
     workload_mix: tuple[MixEntry, ...] = ()
+    # DRA: device classes whose devices are GPUs (counted against quotas and rules), and extended
+    # resources that a DeviceClass serves through DRA and the vendor table does not know (whole GPUs).
+    dra_device_classes: tuple[str, ...] = DRA_DEVICE_CLASSES
+    dra_extended_resources: tuple[str, ...] = ()
     namespaces: Mapping[str, NamespaceRule] = field(default_factory=dict)
     # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
@@ -185,6 +191,22 @@ def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) 
     )
 
 
+def _dra(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "dra", ("deviceClasses", "extendedResources"))
+    out: dict[str, Any] = {}
+    if "deviceClasses" in data:
+        out["dra_device_classes"] = _strings(data["deviceClasses"], "dra.deviceClasses")
+    if "extendedResources" in data:
+        names = _strings(data["extendedResources"], "dra.extendedResources")
+        for i, name in enumerate(names):
+            if "/" not in name:
+                raise PolicyError(f"dra.extendedResources[{i}]", f"{name!r} is not an extended resource name")
+            if is_gpu_resource(name):  # counted from the pod's resources already: twice would be wrong
+                raise PolicyError(f"dra.extendedResources[{i}]", f"{name} is counted already; leave it out")
+        out["dra_extended_resources"] = names
+    return out
+
+
 def parse_policy(
     data: Any, scorers: Mapping[str, Callable[..., float]] | None = None
 ) -> Policy:
@@ -196,7 +218,7 @@ def parse_policy(
         root,
         "",
         ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
-         "namespaces"),
+         "namespaces", "dra"),
     )
     defaults = _mapping(root.get("defaults"), "defaults")
     _known(
@@ -268,6 +290,8 @@ def parse_policy(
                 )
             )
         kwargs["workload_mix"] = tuple(entries)
+    if "dra" in root:
+        kwargs.update(_dra(_mapping(root["dra"], "dra")))
     if "namespaces" in root:
         spaces = _mapping(root["namespaces"], "namespaces")
         kwargs["namespaces"] = {

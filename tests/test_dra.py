@@ -1,0 +1,212 @@
+"""GPUs through Dynamic Resource Allocation: counted against the same quotas and rules, or refused.
+
+The claims are NVIDIA DRA driver shapes (tests/fixtures/dra/claims.yaml, written from the documented
+resource.k8s.io API) and real manifests (the JobSet workload-aware-scheduling example, Kueue's
+extended-resource Job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+from builders import A100, H100, node, pod, snapshot
+
+from webhook.core import admit, dra
+from webhook.core.model import QuotaLimits, Snapshot, Usage
+from webhook.core.policy import NamespaceRule, Policy, PolicyError, parse_policy
+from webhook.core.record import ANNOTATION
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dra"
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+
+
+CLAIMS = documents("claims.yaml")
+TEMPLATES = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in CLAIMS if d["kind"] == "ResourceClaimTemplate"}
+CLAIMED = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in CLAIMS if d["kind"] == "ResourceClaim"}
+
+
+def cluster(**kwargs: Any) -> Snapshot:
+    base = snapshot(node("h1", H100, 8), node("a1", A100, 8, "paired"), **kwargs)
+    return dataclasses.replace(base, claims=CLAIMED, claim_templates=TEMPLATES)
+
+
+def jobset_pod() -> dict[str, Any]:
+    """A worker pod of the JobSet example: one claim from `gpu-claim-template` (2 GPUs in claims.yaml)."""
+    jobset = documents("jobset-site-static-examples-workload-aware-scheduling-dra-jobset.yaml")[0]
+    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "workers-0", "namespace": "team-a"},
+            "spec": template["spec"]}
+
+
+def claim_pod(claim: str, *, name: str = "p", namespace: str = "team-a", template: bool = False) -> dict[str, Any]:
+    key = "resourceClaimTemplateName" if template else "resourceClaimName"
+    p = pod(name=name, namespace=namespace, resourceClaims=[{"name": "gpu", key: claim}])
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return p
+
+
+def chain(p: dict[str, Any], snap: Snapshot, policy: Policy = Policy()) -> tuple[Any, dict[str, Any], Any]:
+    m = admit.mutate(p, snap, policy)
+    assert m.allowed, m.message
+    patched = jsonpatch.apply_patch(p, [dict(op) for op in m.patch])
+    patched["metadata"]["uid"] = "uid-1"
+    return m, patched, admit.validate(patched, snap, policy)
+
+
+# ------------------------------------------------------------------------------------------ pods
+
+
+def test_jobset_workers_count_their_template_claims_against_the_gpu_quota() -> None:
+    snap = cluster(quotas={"team-a": (QuotaLimits("gpu-quota", gpus=4),)}, used={"team-a": Usage(3, 0, 300)})
+    decision = admit.mutate(jobset_pod(), snap, Policy())
+    assert not decision.allowed and decision.reason == "quota-exceeded"
+    assert "requests.nvidia.com/gpu used 3, asked 2, limit 4" in decision.message
+
+
+def test_jobset_workers_meet_the_per_pod_maximum() -> None:
+    policy = Policy(namespaces={"team-a": NamespaceRule(max_gpus_per_pod=1)})
+    decision = admit.validate(jobset_pod(), cluster(), policy)
+    assert not decision.allowed and decision.reason == "max-gpus-per-pod"
+    assert decision.message.startswith("asks for 2 GPUs in one pod")
+
+
+def test_a_template_claim_pod_is_recorded_counted_and_left_to_the_dra_scheduler() -> None:
+    m, patched, v = chain(jobset_pod(), cluster())
+    record = json.loads(patched["metadata"]["annotations"][ANNOTATION])
+    assert (record["node"], record["gpuCount"], record["vendor"], record["policy"]) == (None, 2, "nvidia", "dra")
+    assert record["memoryMiB"] == H100[1]  # no model pinned: the largest card, never less than held
+    assert "affinity" not in patched["spec"]  # placement belongs to the DRA plugin
+    assert patched["spec"]["resourceClaims"] == jobset_pod()["spec"]["resourceClaims"]
+    assert v.allowed and v.allocation is not None and v.allocation.usage() == Usage(2, 2 * H100[1], 200)
+
+
+def test_allocation_mode_all_cannot_be_counted_and_is_refused() -> None:
+    decision = admit.mutate(claim_pod("every-gpu"), cluster(), Policy())
+    assert not decision.allowed and (decision.code, decision.reason) == (403, "dra-all-devices")
+    assert "allocationMode: All" in decision.message and "ExactCount" in decision.message
+
+
+def test_admin_access_is_refused_in_a_tenant_namespace() -> None:
+    decision = admit.mutate(claim_pod("gpu-monitor"), cluster(), Policy())
+    assert not decision.allowed and decision.reason == "dra-admin-access"
+    assert "ResourceClaim gpu-monitor request 'watch' sets adminAccess: true" in decision.message
+
+
+def test_a_claim_the_webhook_has_not_seen_is_refused() -> None:
+    decision = admit.mutate(claim_pod("nowhere"), cluster(), Policy())
+    assert not decision.allowed and decision.reason == "dra-unknown-claim"
+    assert "ResourceClaim team-a/nowhere is not known" in decision.message
+    template = admit.mutate(claim_pod("nowhere", template=True), cluster(), Policy())
+    assert not template.allowed and "ResourceClaimTemplate team-a/nowhere" in template.message
+
+
+def test_a_claim_another_pod_holds_is_refused_and_its_holder_is_not() -> None:
+    decision = admit.mutate(claim_pod("held", name="second-user"), cluster(), Policy())
+    assert not decision.allowed and decision.reason == "dra-shared-claim"
+    assert "already held by pods/first-user" in decision.message
+    assert admit.mutate(claim_pod("held", name="first-user"), cluster(), Policy()).allowed
+
+
+def test_mig_and_v1beta1_claims_count_one_device_each() -> None:
+    m, _, _ = chain(claim_pod("mig-1g"), cluster())
+    assert m.allocation is not None and (m.allocation.gpu_count, m.allocation.memory_mib) == (1, 10240)
+    m, _, _ = chain(claim_pod("one-gpu-beta"), cluster())
+    assert m.allocation is not None and m.allocation.gpu_count == 1
+
+
+def test_first_available_counts_its_largest_alternative_and_needs_a_model_where_models_are_limited() -> None:
+    m, _, _ = chain(claim_pod("h100-or-a100"), cluster())
+    assert m.allocation is not None and m.allocation.gpu_count == 2
+    policy = Policy(namespaces={"team-a": NamespaceRule(allowed_models=("H100",))})
+    decision = admit.mutate(claim_pod("h100-or-a100"), cluster(), policy)
+    assert not decision.allowed and decision.reason == "dra-model-undecided"
+    assert "request 'gpu'" in decision.message and "productName" in decision.message
+
+
+def test_a_pinned_model_outside_the_allowed_list_is_refused() -> None:
+    policy = Policy(namespaces={"team-a": NamespaceRule(allowed_models=("A100",))})
+    decision = admit.mutate(claim_pod("h100-or-a100"), cluster(), policy)
+    assert not decision.allowed and decision.reason in ("model-not-allowed", "dra-model-undecided")
+    assert "NVIDIA-H100-80GB-HBM3" in decision.message
+
+
+def test_a_claim_of_another_device_class_is_not_a_gpu() -> None:
+    decision = admit.mutate(claim_pod("nic"), cluster(), Policy())
+    assert decision.allowed and decision.reason == "not-gpu-pod" and decision.patch == ()
+
+
+def test_gpus_asked_both_ways_are_refused() -> None:
+    p = claim_pod("one-gpu-beta")
+    p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": 1}
+    decision = admit.mutate(p, cluster(), Policy())
+    assert not decision.allowed and decision.reason == "mixed-gpu-sources" and decision.code == 422
+
+
+def test_unmanaged_namespaces_are_left_alone() -> None:
+    decision = admit.mutate(claim_pod("every-gpu", namespace="sandbox"), cluster(), Policy())
+    assert decision.allowed and decision.reason == "not-managed"
+
+
+def test_the_device_classes_are_the_policys() -> None:
+    policy = parse_policy({"dra": {"deviceClasses": ["sriov.example.com"]}})
+    m = admit.mutate(claim_pod("nic"), cluster(), policy)
+    assert m.allowed and m.allocation is not None and m.allocation.gpu_count == 1
+    assert admit.mutate(claim_pod("every-gpu"), cluster(), policy).reason == "not-gpu-pod"
+
+
+def test_the_server_fast_path_sends_claim_pods_to_the_decision() -> None:
+    assert dra.may_use_gpu(jobset_pod())
+    assert dra.may_use_gpu(pod({"example.com/gpu": 1}))
+    assert not dra.may_use_gpu(pod({"cpu": 1}))
+
+
+# ------------------------------------------------------------------------------------------ extended resources
+
+
+def kueue_pod() -> dict[str, Any]:
+    job = documents("kueue-site-examples-dra-sample-dra-extended-resource-job.yaml")[0]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sample-0", "namespace": "team-a"},
+            "spec": job["spec"]["template"]["spec"]}
+
+
+def test_an_extended_resource_served_through_dra_is_counted_once_when_the_policy_names_it() -> None:
+    policy = parse_policy({"dra": {"extendedResources": ["example.com/gpu"]}})
+    m, _, v = chain(kueue_pod(), cluster(), policy)
+    assert m.allocation is not None and m.allocation.gpu_count == 1 and v.allowed
+    assert not any("example.com/gpu" in w for w in m.warnings)
+    snap = cluster(quotas={"team-a": (QuotaLimits("gpu-quota", gpus=1),)}, used={"team-a": Usage(1, 0, 100)})
+    assert admit.mutate(kueue_pod(), snap, policy).reason == "quota-exceeded"
+    # Without the policy entry it stays an unknown resource: allowed, with the warning that says so.
+    plain = admit.mutate(kueue_pod(), snap, Policy())
+    assert plain.allowed and plain.reason == "not-gpu-pod"
+
+
+def test_the_vendor_gpu_resource_cannot_be_listed_as_an_extended_resource_twice() -> None:
+    with pytest.raises(PolicyError, match=r"^dra\.extendedResources\[0\]: nvidia\.com/gpu is counted already"):
+        parse_policy({"dra": {"extendedResources": ["nvidia.com/gpu"]}})
+    with pytest.raises(PolicyError, match=r"^dra\.deviceClasses: expected a list"):
+        parse_policy({"dra": {"deviceClasses": "gpu.nvidia.com"}})
+
+
+def test_nvidia_gpu_through_a_dra_device_class_counts_once_not_again_for_the_schedulers_claim() -> None:
+    """`nvidia.com/gpu: 1` is counted from resources; the claim kube-scheduler then makes for the pod is
+    named by no pod's resourceClaims, so it adds nothing, and writing it is allowed."""
+    from webhook.core.dra_objects import check_claim_object
+
+    scheduler_claim = documents("extended-deviceclass.yaml")[1]
+    key = f"team-a/{scheduler_claim['metadata']['name']}"
+    snap = dataclasses.replace(cluster(quotas={"team-a": (QuotaLimits("gpu-quota", gpus=1),)}),
+                               claims={**CLAIMED, key: dra.read_claim(scheduler_claim)})
+    m, _, v = chain(pod({"nvidia.com/gpu": 1}, name="trainer-0"), snap)
+    assert m.allocation is not None and m.allocation.usage().gpus == 1 and v.allowed
+    request = {"operation": "CREATE", "namespace": "team-a", "object": scheduler_claim}
+    assert check_claim_object(request, snap, Policy()).allowed

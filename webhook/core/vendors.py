@@ -89,14 +89,22 @@ TOPOLOGY = "gpu-admission.io/topology"
 KAI_FRACTION = "gpu-fraction"
 KAI_FRACTION_DEVICES = "gpu-fraction-num-devices"
 KAI_MEMORY = "gpu-memory"
+KAI_FRACTION_CONTAINER = "gpu-fraction-container-name"  # the container (init first, then app) the share is for
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+HAMI_NUMA_BIND = "nvidia.com/numa-bind"
+# Device operating mode a pod asks for (HAMi and Volcano read it as a substring test against each device's mode).
+VGPU_MODES: tuple[str, ...] = ("nvidia.com/vgpu-mode", "volcano.sh/vgpu-mode")
 # Annotations that make a pod a GPU pod on their own (a request, or our own decision record).
 GPU_REQUEST_ANNOTATIONS: frozenset[str] = frozenset({KAI_FRACTION, KAI_MEMORY, ALLOCATION})
 PLACEMENT_POLICIES: frozenset[str] = frozenset(
     {"random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation"}
 )
 HAMI_POLICIES: frozenset[str] = frozenset({"binpack", "spread"})
+# hami.io/gpu-scheduler-policy: a comma list of sort keys (binpack, spread, numa) and filters (topology-aware,
+# mutex), as HAMi's pkg/scheduler/policy and util.PolicyContains read it.
+HAMI_GPU_POLICIES: frozenset[str] = frozenset({"binpack", "spread", "numa", "topology-aware", "mutex"})
+
 
 MAX_GPUS = 1024  # per container; more is a typo, not a request
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
@@ -133,6 +141,32 @@ def classify_resource(name: str) -> tuple[str, str, int] | None:
     return None
 
 
+@lru_cache(maxsize=1024)
+def count_name_of(name: str) -> str | None:
+    """The device-count resource of the dialect a memory/cores resource belongs to (volcano.sh/vgpu-memory:
+    volcano.sh/vgpu-number), so that a count added to a pod is one its own device plugin advertises."""
+    for row in VENDORS:
+        for template in (row.memory, row.memory_pct, row.cores):
+            if template is not None and (template == name or (
+                    "<model>" in template and _name_pattern(template).fullmatch(name))):
+                return row.count
+    return None
+
+
+# Schedulers that read slice resources themselves, by the domains of the names they read: their pods
+# keep those resources (HAMi's scheduler reads nvidia.com/gpumem; Volcano's vGPU plugin volcano.sh/vgpu-*).
+SCHEDULER_RESOURCES: Mapping[str, tuple[str, ...]] = {
+    "hami-scheduler": ("nvidia.com/", "cambricon.com/", "hygon.com/"),
+    "volcano": ("volcano.sh/",),
+}
+
+
+def kept_for_scheduler(scheduler: str, name: str) -> bool:
+    """Whether a slice resource stays in the pod because its scheduler reads it."""
+    domains = SCHEDULER_RESOURCES.get(scheduler)
+    return domains is not None and name.startswith(domains)
+
+
 def vendor_of_resource(name: str) -> str | None:
     """The vendor whose devices a resource name counts ("nvidia" for nvidia.com/mig-3g.20gb), or None."""
     kind = classify_resource(name)
@@ -143,8 +177,21 @@ def is_gpu_resource(name: str) -> bool:
     return classify_resource(name) is not None
 
 
+_ACCELERATOR_WORDS = ("gpu", "mlu", "dcu", "npu", "tpu", "xpu", "gcu", "ascend", "neuron", "accelerator")
+
+
 def looks_like_gpu(name: str) -> bool:
-    return any(word in name.lower() for word in ("gpu", "mlu", "dcu", "accelerator"))
+    """An extended resource that names an accelerator this controller does not count (amd.com/gpu,
+    huawei.com/Ascend910, metax-tech.com/gpu, aws.amazon.com/neuron, google.com/tpu): the word is
+    looked for in the name part, after the domain."""
+    _, slash, part = name.lower().rpartition("/")
+    return bool(slash) and any(word in part for word in _ACCELERATOR_WORDS)
+
+
+def foreign_accelerator_message(where: str, name: str) -> str:
+    return f"{where}: {name} is not counted or limited by this controller; left alone"
+
+
 
 
 def is_limit_env(name: str) -> bool:
@@ -222,6 +269,23 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def has_foreign_accelerator(pod: Mapping[str, Any]) -> bool:
+    """A pod asking for an accelerator outside the vendor table: not a GPU pod, but the webhook answers
+    it (with a warning that nothing counts or limits it) instead of waving it through silently."""
+    for _, _, container in containers_of(mapping_of(pod.get("spec"))):
+        resources = mapping_of(container.get("resources"))
+        for key in ("limits", "requests"):
+            for resource in mapping_of(resources.get(key)):
+                if isinstance(resource, str) and resource not in ("cpu", "memory") and looks_like_gpu(resource):
+                    return True
+    return False
+
+
+def needs_decision(pod: Mapping[str, Any]) -> bool:
+    """What the webhook's fast path asks: a GPU pod, or one with an accelerator to warn about."""
+    return is_gpu_pod(pod) or has_foreign_accelerator(pod)
+
+
 def _number(value: object) -> Fraction | None:
     try:
         return parse_quantity(value)
@@ -247,8 +311,9 @@ def kai_request(annotations: Mapping[str, Any]) -> tuple[GpuRequest | None, str 
         share = _number(fraction)
         if share is None or not 0 < share <= 1:
             return None, f'annotation {KAI_FRACTION} is {fraction!r}; write a fraction of one GPU in (0, 1], e.g. "0.5"'
+        # KAI's fraction is a share of the card's memory; KAI caps no compute (the pods time-slice).
         pct = max(1, round(share * 100))
-        return GpuRequest("nvidia", count, None, pct, pct), None
+        return GpuRequest("nvidia", count, None, pct, None), None
     mib = _number(memory)
     if mib is None or mib.denominator != 1 or not 1 <= mib <= MAX_GPU_MEMORY_MIB:
         return None, f'annotation {KAI_MEMORY} is {memory!r}; write a whole number of MiB such as "2000"'

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from xml.etree import ElementTree
 
-EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
+from .check_report import EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT, summary  # noqa: F401 - the module's API
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +37,7 @@ class Result:
     source: str
     kind: str
     name: str
-    namespace: str
+    namespace: str  # "" for cluster-scoped objects
     managed: bool = True
     allowed: bool = True
     code: int = 200
@@ -51,13 +49,19 @@ class Result:
     replicas: int = 1
     skipped: bool = False
     nodes: list[str] = field(default_factory=list)
+    role: str = ""  # the pod template's role in its workload ("Worker", "head", ...)
+    notes: list[str] = field(default_factory=list)  # how the pods were found and counted
+    walked: bool = False  # found by walking a kind check does not know
+    error: bool = False  # an input error: the document could not be read or decided (exit code 2)
+    error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "kind": self.kind, "name": self.name, "namespace": self.namespace,
-            "managed": self.managed, "allowed": self.allowed, "code": self.code, "message": self.message,
-            "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings, "patch": self.patch,
-            "allocation": self.allocation, "skipped": self.skipped,
+            "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
+            "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
+            "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
+            "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
         }
 
 
@@ -74,62 +78,89 @@ def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_namespace: str) -> list[Result]:
-    """Decide every workload in order; each admitted pod is counted before the next is decided."""
-    import jsonpatch
-
+    """Decide every pod template in order; each admitted pod is counted before the next is decided."""
     from .core import admit
-    from .core.record import allocation_to_json
-    from .core.state import with_allocation
-    from .manifests import Skipped
+    from .workloads import Problem, Skipped, is_cluster_scoped
 
     results: list[Result] = []
     for item in workloads:
-        namespace = item.namespace or default_namespace
-        if isinstance(item, Skipped):
-            results.append(Result(item.source, item.kind, item.name, namespace, allowed=True, skipped=True,
+        if isinstance(item, Problem):
+            scoped = not item.kind or is_cluster_scoped(None, item.kind)
+            namespace = item.namespace or ("" if scoped else default_namespace)
+            results.append(Result(item.source, item.kind, item.name, namespace, managed=False,
+                                  allowed=False, code=0, reason="input-error", message=item.message, replicas=0,
+                                  error=True, error_field=item.field))
+        elif isinstance(item, Skipped):
+            namespace = "" if item.cluster_scoped else item.namespace or default_namespace
+            managed = bool(namespace) and admit.is_managed(namespace, snapshot, policy)
+            results.append(Result(item.source, item.kind, item.name, namespace, managed=managed, skipped=True,
                                   reason="skipped", message=item.reason, replicas=0))
-            continue
-        result = Result(item.source, item.kind, item.name, namespace, replicas=item.replicas)
-        for replica in range(item.replicas):
-            pod = copy.deepcopy(dict(item.pod))
-            meta = dict(pod.get("metadata") or {})
-            meta["namespace"] = namespace
-            base = meta.get("name") or meta.get("generateName") or item.name or "pod"
-            if item.kind != "Pod":
-                meta.pop("generateName", None)
-                meta["name"] = f"{str(base).rstrip('-')}-{replica}"
-            pod["metadata"] = meta
-            mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)
-            decision = mutated
-            if mutated.allowed and mutated.gpu_pod and mutated.managed:
-                patched = jsonpatch.apply_patch(pod, [dict(op) for op in mutated.patch]) if mutated.patch else pod
-                patched["metadata"]["uid"] = f"check-{item.source}-{replica}"
-                decision = admit.validate(patched, snapshot, policy, namespace=namespace)
-            if replica == 0:
-                result.managed = mutated.managed
-                result.patch = [dict(op) for op in mutated.patch]
-                result.allocation = allocation_to_json(mutated.allocation) if mutated.allocation else None
-                result.message, result.reason = decision.message, decision.reason
-            for warning in (*mutated.warnings, *decision.warnings):
-                if warning not in result.warnings:
-                    result.warnings.append(warning)
-            if not decision.allowed:
-                result.allowed, result.code, result.reason = False, decision.code, decision.reason
-                prefix = f"pod {replica + 1} of {item.replicas}: " if item.replicas > 1 else ""
-                result.message = prefix + decision.message
-                break
-            if decision.allocation is not None and mutated.gpu_pod and mutated.managed:
-                snapshot = with_allocation(snapshot, namespace, decision.allocation)
-                if decision.allocation.node:
-                    result.nodes.append(decision.allocation.node)
-        if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
-            result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes)
-        elif item.replicas == 0:
-            result.message = "0 replicas: nothing to admit"
-        if getattr(item, "per_node", False):
-            result.warnings.append("DaemonSet: evaluated as one pod; it runs one per eligible node")
-        results.append(result)
+        else:
+            result, snapshot = _decide(item, snapshot, policy, item.namespace or default_namespace)
+            results.append(result)
     return results
+
+
+def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Result, Any]:
+    """The pods of one template, one by one as the controller creates them; the snapshot with those admitted.
+
+    A template with 0 pods now (scaled to zero, autoscaled from 0) is still decided as one pod, not
+    counted, so a pod that can never be admitted is reported before it is scaled up."""
+    import jsonpatch
+
+    from .core import admit
+    from .core import workload as controllers
+    from .core.record import allocation_to_json
+    from .core.state import with_allocation
+
+    result = Result(item.source, item.kind, item.name, namespace, replicas=item.replicas, role=item.role,
+                    notes=list(item.notes), walked=item.walked)
+    owner_kind, owner_name = item.controller
+    pods = max(item.replicas, 1)
+    for replica in range(pods):
+        pod = copy.deepcopy(dict(item.pod))
+        meta = dict(pod.get("metadata") or {})
+        meta["namespace"] = namespace
+        base = meta.get("name") or meta.get("generateName") or item.name or "pod"
+        if item.kind != "Pod":
+            meta.pop("generateName", None)
+            suffix = f"{item.role}-{replica}".lower().replace(" ", "-").replace(":", "").replace("/", "-")
+            meta["name"] = f"{str(base).rstrip('-')}-{suffix if item.role else replica}"
+        if item.family:  # the labels the workload's controller sets on each pod it creates
+            meta["labels"] = {**(meta.get("labels") or {}), **controllers.pod_labels(
+                item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
+        pod["metadata"] = meta
+        mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)
+        decision = mutated
+        if mutated.allowed and mutated.gpu_pod and mutated.managed:
+            patched = jsonpatch.apply_patch(pod, [dict(op) for op in mutated.patch]) if mutated.patch else pod
+            patched["metadata"]["uid"] = f"check-{item.source}{item.template_path}-{replica}"
+            decision = admit.validate(patched, snapshot, policy, namespace=namespace)
+        if replica == 0:
+            result.managed = mutated.managed
+            result.patch = [dict(op) for op in mutated.patch]
+            result.allocation = allocation_to_json(mutated.allocation) if mutated.allocation else None
+            result.message, result.reason = decision.message, decision.reason
+        for warning in (*mutated.warnings, *decision.warnings):
+            if warning not in result.warnings:
+                result.warnings.append(warning)
+        if not decision.allowed:
+            result.allowed, result.code, result.reason = False, decision.code, decision.reason
+            prefix = f"pod {replica + 1} of {item.replicas}: " if item.replicas > 1 else ""
+            prefix = "0 pods now; one pod of it: " if item.replicas == 0 else prefix
+            result.message = prefix + decision.message
+            break
+        if item.replicas and decision.allocation is not None and mutated.gpu_pod and mutated.managed:
+            snapshot = with_allocation(snapshot, namespace, decision.allocation)
+            if decision.allocation.node:
+                result.nodes.append(decision.allocation.node)
+    if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
+        result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes)
+    elif item.replicas == 0:
+        result.notes.append("0 pods now: one pod decided, not counted")
+    if getattr(item, "per_node", False):
+        result.warnings.append("DaemonSet: evaluated as one pod; it runs one per eligible node")
+    return result, snapshot
 
 
 def _nodes_text(nodes: list[str]) -> str:
@@ -139,81 +170,33 @@ def _nodes_text(nodes: list[str]) -> str:
     return "nodes " + ", ".join(distinct[:4]) + (f" (+{len(distinct) - 4})" if len(distinct) > 4 else "")
 
 
-def summary(results: Sequence[Result]) -> dict[str, int]:
-    return {
-        "allowed": sum(1 for r in results if r.allowed and not r.skipped),
-        "denied": sum(1 for r in results if not r.allowed),
-        "skipped": sum(1 for r in results if r.skipped),
-    }
-
-
-def render_text(results: Sequence[Result], verbose: bool) -> str:
-    lines = []
-    for r in results:
-        target = f"{r.kind} {r.namespace}/{r.name or '(unnamed)'}"
-        if r.replicas > 1:
-            target += f" x{r.replicas}"
-        if r.skipped:
-            lines.append(f"SKIP   {target}: {r.message}  [{r.source}]")
-            continue
-        if not r.managed:
-            verdict, detail = "ALLOW", f"namespace {r.namespace} is not managed: unchanged"
-        elif r.reason == "not-gpu-pod":
-            verdict, detail = "ALLOW", "asks for no GPU: unchanged"
-        elif r.allowed:
-            alloc = r.allocation or {}
-            where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
-            gpus = f"{alloc.get('gpuCount', 0)} GPU" + ("s" if alloc.get("gpuCount", 0) != 1 else "")
-            detail = f"{where}, {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}%, {alloc.get('topology')}"
-            if r.replicas > 1:
-                detail = f"{r.message}; {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}% each"
-            verdict = "ALLOW"
-        else:
-            verdict, detail = "DENY", f"{r.code} {r.reason}: {r.message}"
-        lines.append(f"{verdict:<6} {target}: {detail}  [{r.source}]")
-        lines.extend(f"       warning: {w}" for w in r.warnings)
-        if verbose and r.patch:
-            lines.extend("       " + json.dumps(op, sort_keys=True) for op in r.patch)
-    s = summary(results)
-    lines.append(f"{s['allowed']} allowed, {s['denied']} denied, {s['skipped']} skipped")
-    return "\n".join(lines)
-
-
-def render_junit(results: Sequence[Result]) -> str:
-    s = summary(results)
-    suite = ElementTree.Element("testsuite", name="gpu-admission check", tests=str(len(results)),
-                                failures=str(s["denied"]), skipped=str(s["skipped"]), errors="0")
-    for r in results:
-        case = ElementTree.SubElement(suite, "testcase", classname=r.source,
-                                      name=f"{r.kind} {r.namespace}/{r.name or '(unnamed)'}")
-        if r.skipped:
-            ElementTree.SubElement(case, "skipped", message=r.message)
-        elif not r.allowed:
-            failure = ElementTree.SubElement(case, "failure", message=r.message, type=r.reason)
-            failure.text = f"code {r.code}: {r.message}"
-        if r.warnings:
-            ElementTree.SubElement(case, "system-out").text = "\n".join(r.warnings)
-    ElementTree.indent(suite)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(suite, encoding="unicode")
+DEMO_BANNER = (
+    "Deciding against the embedded demo cluster (2 H100 and 2 A100 nodes with 8 GPUs each, 2 L4 and 1 T4 node; "
+    "managed namespaces team-a and team-b, see webhook/demo/cluster.yaml); some examples are denied on purpose, "
+    "so exit code 1 is expected. Pass --cluster or --kubeconfig to decide against your own cluster."
+)
 
 
 def run(args: argparse.Namespace) -> int:
+    from .check_report import exit_code, render_json, render_junit, render_text
     from .cluster.translate import build_snapshot
     from .errors import UserError
-    from .manifests import load_documents, workloads
+    from .manifests import read_all
     from .policyfile import load_policy
+    from .workloads import workloads
 
     policy = load_policy(args.policy)
     try:
         snapshot = build_snapshot(_cluster_objects(args))
     except ValueError as err:
         raise UserError(f"invalid cluster state: {err}") from None
-    documents = load_documents(args.paths, stdin=sys.stdin)
-    results = evaluate(workloads(documents), snapshot, policy, args.namespace)
+    results = evaluate(workloads(read_all(args.paths, stdin=sys.stdin)), snapshot, policy, args.namespace)
     if args.output == "json":
-        print(json.dumps({"results": [r.to_json() for r in results], "summary": summary(results)}, indent=2))
+        print(render_json(results))
     elif args.output == "junit":
         print(render_junit(results))
     else:
+        if not args.cluster and not args.kubeconfig:
+            print(DEMO_BANNER)
         print(render_text(results, args.verbose))
-    return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_ALLOWED
+    return exit_code(results)

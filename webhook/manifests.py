@@ -1,14 +1,16 @@
-"""Manifests on disk -> Kubernetes objects -> pod templates with replica counts.
+"""Manifests on disk -> Kubernetes objects (the pod templates in them: webhook.workloads).
 
 Reads what people keep in git: multi-document YAML, JSON, `kind: List`, directories of them, stdin.
 Every error names the file, the document (0-based, as in the results' "FILE:DOC_INDEX") and the field.
+Read leniently (`problems=`), a broken file or document becomes a Problem of its own and the rest is
+still read, so one bad document never hides the others from `check`.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,33 +58,31 @@ class Document:
         """A field path as users see it in this document (list items are prefixed with items[i])."""
         return path if self.item is None else f"items[{self.item}].{path}" if path else f"items[{self.item}]"
 
-    def error(self, path: str, message: str) -> UserError:
-        return UserError(f"{where(self.file, self.index, self.field(path) or None)}: {message}")
+    def error(self, path: str, message: str) -> DocumentError:
+        field = self.field(path)
+        return DocumentError(f"{where(self.file, self.index, field or None)}: {message}", self.source, field, message)
+
+
+class DocumentError(UserError):
+    """A UserError about one document, keeping its parts apart for the report's error results."""
+
+    def __init__(self, text: str, source: str, field: str, detail: str) -> None:
+        super().__init__(text)
+        self.source, self.field, self.detail = source, field, detail
 
 
 @dataclass(frozen=True)
-class Workload:
-    """The pod a workload runs, ready for admission, and how many of it run at once."""
+class Problem:
+    """A file or document that could not be read or decided: a result of its own in every report."""
 
-    source: str
-    kind: str
-    name: str
-    namespace: str | None  # None: not set in the manifest (the caller's default applies)
-    pod: Mapping[str, Any]
-    replicas: int
-    per_node: bool = False  # DaemonSet: one pod on every eligible node; `replicas` is 1
-    template_path: str = ""  # JSON pointer of the pod template inside the workload ("" for a Pod)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A document that holds no pod (Service, ConfigMap, ...), listed so the report accounts for it."""
-
-    source: str
-    kind: str
-    name: str
-    namespace: str | None
-    reason: str
+    source: str  # FILE or FILE:DOC_INDEX
+    field: str  # "" when the whole file or document is at fault
+    message: str  # without the source and field
+    text: str  # the full one-line message: "FILE: document N: field F: message"
+    kind: str = ""
+    name: str = ""
+    namespace: str | None = None
+    index: int = -1  # the document's position in its file; -1: the whole file
 
 
 def _kind_of(value: object) -> str:
@@ -132,140 +132,134 @@ def _yaml_error(text: str, name: str) -> UserError:
     return UserError(f"{name}: invalid YAML")
 
 
-def parse_text(text: str, name: str) -> list[Document]:
-    """All objects of one file's text; empty documents keep their index but yield nothing."""
+_SEPARATOR = re.compile(r"^---(?=[ \t]|$)", re.MULTILINE)
+
+
+def _chunks(text: str) -> list[tuple[int, int, str]]:
+    """(document index, first line, text) of each document, split at `---` lines: the fallback when the
+    stream as a whole does not parse, so the documents around a broken one are still read."""
+    starts = [m.start() for m in _SEPARATOR.finditer(text)]
+    pieces = [(0, text[: starts[0]] if starts else text)] + [
+        (start, text[start : end]) for start, end in zip(starts, [*starts[1:], len(text)], strict=True)
+    ]
+    chunks: list[tuple[int, int, str]] = []
+    index = 0
+    for position, (offset, piece) in enumerate(pieces):
+        if position == 0 and starts and not any(
+            line.strip() and not line.lstrip().startswith(("#", "%")) for line in piece.splitlines()
+        ):
+            continue  # comments before the first `---` are no document
+        chunks.append((index, text.count("\n", 0, offset), piece))
+        index += 1
+    return chunks
+
+
+def _parse_yaml_leniently(text: str, name: str, problems: list[Problem]) -> list[tuple[int, Any]]:
+    raw: list[tuple[int, Any]] = []
+    for index, first_line, chunk in _chunks(text):
+        try:
+            loaded = list(yaml.load_all(chunk, Loader=_Loader))
+        except yaml.YAMLError:
+            try:
+                list(yaml.load_all(chunk, Loader=_PyLoader))
+                problem, line = "invalid YAML", ""
+            except yaml.YAMLError as err:
+                mark = getattr(err, "problem_mark", None)
+                line = f"line {first_line + mark.line + 1}: " if mark is not None else ""
+                problem = f"invalid YAML: {getattr(err, 'problem', None) or str(err).splitlines()[0]}"
+            message = line + problem
+            problems.append(Problem(f"{name}:{index}", "", message, f"{where(name, index)}: {message}", index=index))
+            continue
+        raw.append((index, loaded[0] if loaded else None))
+    return raw
+
+
+def parse_text(text: str, name: str, problems: list[Problem] | None = None) -> list[Document]:
+    """All objects of one file's text; empty documents keep their index but yield nothing.
+
+    Without `problems` the first error is raised; with it, each broken document is added there as a
+    Problem and the others are still returned."""
     raw: list[tuple[int, Any]] = []
     if name.endswith(".json"):
         try:
             raw.append((0, json.loads(text)))
         except json.JSONDecodeError as err:
-            raise UserError(f"{name}: line {err.lineno}: invalid JSON: {err.msg}") from None
+            error = UserError(f"{name}: line {err.lineno}: invalid JSON: {err.msg}")
+            if problems is None:
+                raise error from None
+            message = f"line {err.lineno}: invalid JSON: {err.msg}"
+            problems.append(Problem(name, "", message, str(error)))
+            return []
     else:
         try:
             raw.extend(enumerate(yaml.load_all(text, Loader=_Loader)))
         except yaml.YAMLError:
-            raise _yaml_error(text, name) from None
+            if problems is None:
+                raise _yaml_error(text, name) from None
+            raw = _parse_yaml_leniently(text, name, problems)
     documents: list[Document] = []
     for index, data in raw:
-        if data is None:
-            continue
-        if not isinstance(data, Mapping):
-            raise UserError(f"{where(name, index)}: expected a Kubernetes object (a mapping), got {_kind_of(data)}")
-        if data.get("kind") == "List" or (
-            isinstance(data.get("kind"), str)
-            and str(data["kind"]).endswith("List")
-            and isinstance(data.get("items"), list)
-        ):
-            items = data.get("items")
-            if items is None:
-                continue
-            if not isinstance(items, list):
-                raise UserError(f"{where(name, index, 'items')}: expected a list of objects")
-            for position, item in enumerate(items):
-                if not isinstance(item, Mapping):
-                    raise UserError(f"{where(name, index, f'items[{position}]')}: expected an object (a mapping)")
-                documents.append(Document(name, index, item, position))
-        else:
-            documents.append(Document(name, index, data))
+        try:
+            documents.extend(_objects(name, index, data))
+        except DocumentError as err:
+            if problems is None:
+                raise
+            problems.append(Problem(err.source, err.field, err.detail, str(err), index=index))
     return documents
 
 
-def load_documents(paths: Sequence[str], stdin: TextIO | None = None) -> list[Document]:
-    """Every object in the given files, directories (recursive) or "-" (stdin), in order."""
+def _objects(name: str, index: int, data: Any) -> list[Document]:
+    """The objects of one document: itself, or the items of a `kind: List`."""
+    documents: list[Document] = []
+    if data is None:
+        return documents
+    at = Document(name, index, {})
+    if not isinstance(data, Mapping):
+        raise at.error("", f"expected a Kubernetes object (a mapping), got {_kind_of(data)}")
+    if data.get("kind") == "List" or (
+        isinstance(data.get("kind"), str)
+        and str(data["kind"]).endswith("List")
+        and isinstance(data.get("items"), list)
+    ):
+        items = data.get("items")
+        if items is None:
+            return documents
+        if not isinstance(items, list):
+            raise at.error("items", "expected a list of objects")
+        for position, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise at.error(f"items[{position}]", "expected an object (a mapping)")
+            documents.append(Document(name, index, item, position))
+    else:
+        documents.append(Document(name, index, data))
+    return documents
+
+
+def load_documents(
+    paths: Sequence[str], stdin: TextIO | None = None, problems: list[Problem] | None = None
+) -> list[Document]:
+    """Every object in the given files, directories (recursive) or "-" (stdin), in order.
+
+    With `problems`, unreadable files and broken documents are collected there instead of raised."""
     documents: list[Document] = []
     for path in expand_paths(paths):
         name = "<stdin>" if path == STDIN else path
-        documents.extend(parse_text(_read(path, stdin), name))
+        try:
+            text = _read(path, stdin)
+        except UserError as err:
+            if problems is None:
+                raise
+            problems.append(Problem(name, "", str(err).removeprefix(f"{name}: "), str(err)))
+            continue
+        documents.extend(parse_text(text, name, problems))
     return documents
 
 
-def _count(doc: Document, spec: Mapping[str, Any], key: str, prefix: str, default: int = 1) -> int:
-    value = spec.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise doc.error(f"{prefix}{key}", f"expected a whole number >= 0, got {value!r}")
-    return value
-
-
-def _mapping(doc: Document, value: Any, path: str, required: bool = True) -> Mapping[str, Any]:
-    if value is None and not required:
-        return {}
-    if not isinstance(value, Mapping):
-        what = "missing" if value is None else f"expected a mapping, got {_kind_of(value)}"
-        raise doc.error(path, what)
-    return value
-
-
-# kind -> (path of the pod template as keys, how replicas are counted)
-_TEMPLATES: Mapping[str, tuple[tuple[str, ...], str]] = {
-    "Pod": ((), "one"),
-    "Deployment": (("spec", "template"), "replicas"),
-    "StatefulSet": (("spec", "template"), "replicas"),
-    "ReplicaSet": (("spec", "template"), "replicas"),
-    "ReplicationController": (("spec", "template"), "replicas"),
-    "DaemonSet": (("spec", "template"), "per-node"),
-    "Job": (("spec", "template"), "job"),
-    "CronJob": (("spec", "jobTemplate", "spec", "template"), "job"),
-}
-
-
-def _job_pods(doc: Document, job_spec: Mapping[str, Any], prefix: str) -> int:
-    """Pods a Job runs at once: parallelism (default 1), never more than completions."""
-    parallel = _count(doc, job_spec, "parallelism", prefix)
-    if job_spec.get("completions") is not None:
-        return min(parallel, _count(doc, job_spec, "completions", prefix))
-    return parallel
-
-
-def pod_templates(doc: Document) -> Workload | Skipped:
-    """The pod a document runs (metadata merged from the workload), or why it runs none."""
-    data = doc.data
-    kind = str(data.get("kind")) if isinstance(data.get("kind"), str) else ""
-    metadata = _mapping(doc, data.get("metadata"), "metadata", required=False)
-    name = str(metadata.get("name") or metadata.get("generateName") or "")
-    namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None
-    if kind not in _TEMPLATES:
-        return Skipped(doc.source, str(kind), name, namespace, f"{kind or 'an object without kind'} runs no pods")
-    path, counting = _TEMPLATES[kind]
-    node: Any = data
-    walked: list[str] = []
-    for key in path:
-        walked.append(key)
-        node = _mapping(doc, node.get(key) if isinstance(node, Mapping) else None, ".".join(walked))
-    template = node
-    _mapping(doc, template.get("spec"), ".".join([*path, "spec"]))
-    pod = {k: copy.deepcopy(v) for k, v in template.items() if k in ("metadata", "spec")}
-    pod_meta = dict(_mapping(doc, pod.get("metadata"), ".".join([*path, "metadata"]), required=False))
-    if path:
-        pod = {"apiVersion": "v1", "kind": "Pod", **pod}
-        if not pod_meta.get("name") and not pod_meta.get("generateName"):
-            if metadata.get("name"):
-                pod_meta["name"] = metadata["name"]
-            elif metadata.get("generateName"):
-                pod_meta["generateName"] = metadata["generateName"]
-    else:
-        pod = copy.deepcopy(dict(data))
-    if namespace and not pod_meta.get("namespace"):
-        pod_meta["namespace"] = namespace
-    pod["metadata"] = pod_meta
-    if counting == "replicas":
-        replicas = _count(doc, _map(data.get("spec")), "replicas", "spec.")
-    elif counting == "job":
-        job_path = path[:-1]
-        job_spec: Any = data
-        for key in job_path:
-            job_spec = job_spec[key]
-        replicas = _job_pods(doc, job_spec, ".".join(job_path) + ".")
-    else:
-        replicas = 1
-    pointer = "".join(f"/{key}" for key in path)
-    return Workload(doc.source, kind, name, namespace, pod, replicas, counting == "per-node", pointer)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def workloads(documents: Iterable[Document]) -> list[Workload | Skipped]:
-    return [pod_templates(doc) for doc in documents]
+def read_all(paths: Sequence[str], stdin: TextIO | None = None) -> list[Document | Problem]:
+    """Documents and problems in input order."""
+    out: list[Document | Problem] = []
+    for path in expand_paths(paths):
+        problems: list[Problem] = []
+        found: list[Document | Problem] = [*load_documents([path], stdin, problems), *problems]
+        out.extend(sorted(found, key=lambda entry: entry.index))  # stable: a List's items keep their order
+    return out

@@ -133,11 +133,12 @@ def test_second_mutation_of_a_mutated_pod_yields_no_operations() -> None:
     assert again.allowed and again.patch == ()
 
 
-def test_only_cores_given_takes_the_same_share_of_memory() -> None:
+def test_only_cores_given_takes_the_whole_memory_of_the_card() -> None:
+    # As HAMi: gpumem-percentage defaults to 100 when only gpucores is given.
     m, patched, _ = chain(pod({"nvidia.com/gpucores": 25}))
     assert m.allocation is not None and m.allocation.cores == 25
     card = {"a1": A100[1], "h1": H100[1], "l1": L4[1]}[m.allocation.node or ""]
-    assert m.allocation.memory_mib == card * 25 // 100
+    assert m.allocation.memory_mib == card
     assert patched["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 

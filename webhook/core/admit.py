@@ -8,13 +8,14 @@ webhook) and re-checks quota against the recorded allocation, which the server t
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from . import dra
 from . import patch as patches
+from .dialects import mode_warnings
+from .dialects import resolve as resolve_gpu_policy
 from .limits import is_limit_env, limit_env
 from .model import (
     Allocation,
@@ -32,8 +33,8 @@ from .policy import Policy
 from .quota import check_quota
 from .record import ANNOTATION, allocation_from_json
 from .resources import parse_pod
-from .rules import check_policy, check_satisfiable, model_allowed, whole_cards
-from .vendors import is_mapping, list_of, mapping_of
+from .rules import check_policy, check_satisfiable, whole_cards
+from .vendors import is_mapping, kept_for_scheduler, list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -93,35 +94,40 @@ def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> 
     return None
 
 
-def _normalise(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
-    """Fill the per-GPU memory and compute a request left out, by the policy's defaults."""
-    memory_given = request.memory_mib is not None or request.memory_pct is not None
-    cores = request.cores
-    memory_pct = request.memory_pct
-    if cores is not None and cores < 100 and not memory_given:
-        memory_pct = policy.memory_percent or cores
+def _kept_mismatch(request: PodRequest, recorded: Allocation) -> str | None:
+    """What in the pod's resources disagrees with the recorded decision. A default-scheduler pod must
+    carry no slice resource any more (the first pass moved them all); a pod of a scheduler that reads
+    them keeps them, and their figures must still be the recorded ones."""
+    kept = request.scheduler_name
+    for c in request.containers:
+        for name in c.moved_resources:
+            if not kept_for_scheduler(kept, name):
+                return f"GPU memory/compute resource {name}"
+    if request.memory_mib is not None and request.memory_mib != recorded.memory_mib:
+        return f"{request.memory_mib} MiB of GPU memory, not the recorded {recorded.memory_mib}"
+    if request.cores is not None and request.cores != recorded.cores:
+        return f"{request.cores}% of GPU compute, not the recorded {recorded.cores}%"
+    return None
+
+
+def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
+    """Fill the per-GPU memory and compute a request left out, as HAMi does (GenerateResourceRequests,
+    defaultExclusiveCoreIfNeeded), unless the policy's defaults say otherwise. Depends on the request
+    and the policy only: what else the cluster holds never changes a pod's slice.
+
+    No memory given: the whole card's memory (policy.memory_percent when only cores are given).
+    No cores given: the whole card, exclusive, when the memory is the whole card; else no compute cap
+    (0, best effort), or policy.cores_percent."""
+    cores, memory_pct = request.cores, request.memory_pct
+    if request.memory_mib is None and memory_pct is None:
+        memory_pct = policy.memory_percent if cores is not None and policy.memory_percent else 100
     if cores is None:
-        if policy.cores_percent is not None and memory_given:
-            cores = policy.cores_percent
-        elif request.memory_pct is not None:
-            cores = max(1, min(request.memory_pct, 100))
-        elif request.memory_mib is not None:
-            card = _smallest_card(request, snapshot)
-            smallest = request.memory_mib if card is None else card
-            cores = max(1, min(100, math.ceil(100 * request.memory_mib / max(smallest, 1))))
-        else:
-            cores = 100
-    return request.evolve(cores=cores, memory_pct=memory_pct)
-
-
-def _smallest_card(request: PodRequest, snapshot: Snapshot) -> int | None:
-    """MiB of the smallest card the pod may use (None: no such card). Read from the placement index's
-    node shapes (vendor and per-GPU model and memory are part of a shape), so a memory-only request
-    looks at a handful of shapes instead of every GPU of the cluster."""
-    cards = [g.memory_mib for shape in index_of(snapshot).statics.shapes
-             if shape.template.vendor == request.vendor and model_allowed(shape.template.gpu_model, request)
-             for g in shape.template.gpus]
-    return min(cards, default=None)
+        whole = request.memory_mib is None and memory_pct is not None and memory_pct >= 100
+        cores = 100 if whole else policy.cores_percent if policy.cores_percent is not None else 0
+    gpu_placement = resolve_gpu_policy(request.gpu_placement, policy.gpu_placement)
+    if (cores, memory_pct, gpu_placement) == (request.cores, request.memory_pct, request.gpu_placement):
+        return request
+    return request.evolve(cores=cores, memory_pct=memory_pct, gpu_placement=gpu_placement)
 
 
 T = TypeVar("T")
@@ -187,7 +193,8 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
     card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
     memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
     topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
-    return Allocation(None, (), request.gpus, memory, request.cores or 100, request.vendor,
+    cores = request.cores if request.cores is not None else 100  # 0 is a slice with no compute cap
+    return Allocation(None, (), request.gpus, memory, cores, request.vendor,
                       fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name)
 
 
@@ -200,7 +207,9 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
     one is already reached (allowed-unmanaged or denied), and the recorded allocation if any."""
     request = dra.with_claims(parse_pod(pod, namespace), snapshot, policy)
     if not request.is_gpu_pod:
-        return request, _allow("not-gpu-pod", gpu_pod=False), None
+        # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
+        warned = tuple(_warn(w) for w in request.warnings)
+        return request, _allow("not-gpu-pod", gpu_pod=False, warnings=warned), None
     if not is_managed(request.namespace, snapshot, policy):
         return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
     if request.violations:
@@ -224,9 +233,10 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
                                   f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
                                   f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
                                   "changed it; remove the annotation and resubmit"), None
-        if any(c.moved_resources for c in request.containers):
+        changed = _kept_mismatch(request, recorded)
+        if changed:
             return request, _deny(403, "annotation-mismatch",
-                                  f"pod carries GPU memory/compute resources next to its {ANNOTATION}: another "
+                                  f"pod carries {changed} next to its {ANNOTATION}: another "
                                   "webhook or the user changed it; remove the annotation and resubmit"), None
         # The annotation is where the first pass moved memory and compute; it is the request now.
         request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
@@ -269,8 +279,11 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     request, final, recorded = _screen(pod, snapshot, policy, namespace)
     if final is not None:
         return final
-    request = _normalise(request, snapshot, policy)
+    request = _normalise(request, policy)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
+    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+    if annotations:
+        warnings += [_warn(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
     placement: Placement | None = None
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it

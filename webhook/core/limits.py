@@ -20,14 +20,17 @@ def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tup
     Memoised: every admission asks, and a cluster has few distinct slices."""
     if backend == "none" or gpus <= 0:
         return ()
+    capped = 0 < cores < 100  # 0: best effort (HAMi's gpucores: 0, a memory-only slice), no compute cap
     if backend == "hami-core":
         env = [(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", f"{memory_mib}m") for i in range(gpus)]
-        if cores < 100:
+        if capped:
             env.append(("CUDA_DEVICE_SM_LIMIT", str(cores)))
         return tuple(env)
     if backend == "mps":
-        pinned = ",".join(f"{i}={memory_mib}M" for i in range(gpus))
-        return ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", pinned)
+        pinned = ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", ",".join(f"{i}={memory_mib}M" for i in range(gpus)))
+        if cores == 0:  # best effort: no percentage, so the client may use every SM
+            return (pinned,)
+        return ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), pinned
     raise ValueError(f"unknown enforcement backend {backend!r}")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from .limits import limit_env
 from .model import Allocation, ContainerRequest, PodRequest
 from .record import ANNOTATION, allocation_to_json
-from .vendors import is_mapping, list_of
+from .vendors import classify_resource, count_name_of, is_mapping, kept_for_scheduler, list_of
 from .vendors import mapping_of as _map
 
 MANAGED_LABEL = "gpu-admission.io/managed"
@@ -78,24 +78,34 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
 
 
 def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Mapping[str, str]) -> list[Op]:
-    """Move memory/compute slices out of `resources` (no node advertises them) and make sure the
-    device count is there for the device plugin (`nvidia.com/gpu: 1` when only memory/cores were given)."""
+    """Move memory/compute slices out of `resources` (no node advertises them to the default scheduler;
+    a scheduler that reads them keeps them) and make sure the device count is there for the device
+    plugin: the count of the same dialect (`nvidia.com/gpu: 1`, `volcano.sh/vgpu-number: 1`) when only
+    memory/cores were given."""
     ops: list[Op] = []
     for c in request.containers:
+        if not c.moved_resources:
+            continue
         old = container_of(pod, c).get("resources")
         resources: dict[str, Any] = dict(_map(old))
-        for section in ("limits", "requests") if c.moved_resources else ():
+        moved = [n for n in c.moved_resources if not kept_for_scheduler(request.scheduler_name, n)]
+        for section in ("limits", "requests") if moved else ():
             if is_mapping(resources.get(section)):
-                resources[section] = {k: v for k, v in resources[section].items() if k not in c.moved_resources}
-        count_name = count_resource.get(c.gpu.vendor) if c.gpu is not None else None
-        if c.gpu is not None and c.gpu.count > 0 and c.moved_resources and count_name:
-            limits = dict(_map(resources.get("limits")))
-            limits.setdefault(count_name, str(c.gpu.count))
-            resources["limits"] = limits
+                resources[section] = {k: v for k, v in resources[section].items() if k not in moved}
+        if c.gpu is not None and c.gpu.count > 0:
+            count_name = count_name_of(c.moved_resources[0]) or count_resource.get(c.gpu.vendor)
+            given = [k for s in ("limits", "requests") for k in _map(_map(old).get(s)) if _is_count(k)]
+            if count_name and not given:
+                resources["limits"] = {**_map(resources.get("limits")), count_name: str(c.gpu.count)}
         if old is None and not resources:
             continue
         ops += _set((*_base(c), "resources"), old, resources)
     return ops
+
+
+def _is_count(name: object) -> bool:
+    kind = classify_resource(name) if isinstance(name, str) else None
+    return kind is not None and kind[1] in ("count", "device")
 
 
 def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:

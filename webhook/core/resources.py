@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .dialects import gpu_policy, numa_bind
 from .model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference, Violation
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
     ALLOCATION,
     GPU_REQUEST_ANNOTATIONS,
-    HAMI_GPU_POLICY,
     HAMI_NODE_POLICY,
+    HAMI_NUMA_BIND,
     HAMI_POLICIES,
     KAI_FRACTION,
+    KAI_FRACTION_CONTAINER,
     KAI_MEMORY,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
@@ -30,6 +32,7 @@ from .vendors import (
     VendorResources,
     classify_resource,
     containers_of,
+    foreign_accelerator_message,
     is_bypass_env,
     is_device_hostpath,
     is_gpu_pod,
@@ -101,9 +104,10 @@ def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes:
             notes.deny("invalid-quantity", 422, f"{where}: {name} is {raw}; write {_hint(field, unit)}")
             return None
         value = int(quantity)
-    if field in ("memory_pct", "cores") and not 1 <= value <= 100:
+    if field in ("memory_pct", "cores") and not (0 if field == "cores" else 1) <= value <= 100:
         rule = "invalid-cores" if field == "cores" else "invalid-quantity"
-        notes.deny(rule, 422, f"{where}: {name} is {value}, outside 1..100; write {_hint(field, unit)}")
+        bounds = "0..100" if field == "cores" else "1..100"
+        notes.deny(rule, 422, f"{where}: {name} is {value}, outside {bounds}; write {_hint(field, unit)}")
         return None
     if field == "memory" and not 1 <= value * unit <= MAX_GPU_MEMORY_MIB:
         notes.deny(
@@ -122,6 +126,8 @@ def _hint(field: str, unit: int) -> str:
     """What to write instead, for a message about a bad GPU value."""
     if field == "memory":
         return f"a whole number ({unit} MiB units), e.g. 3000" if unit != 1 else "a whole number of MiB, e.g. 3000"
+    if field == "cores":
+        return "a whole percentage 0..100 (0: no compute cap)"
     return "a whole number of devices, e.g. 1" if field == "count" else "a whole percentage 1..100"
 
 
@@ -158,7 +164,7 @@ def _parse_container(
         kind = classify_resource(name) if isinstance(name, str) else None
         if kind is None:
             if isinstance(name, str) and name not in ("cpu", "memory") and looks_like_gpu(name):
-                notes.warn(f"{where}: {name} is not a GPU resource this controller knows; left alone")
+                notes.warn(foreign_accelerator_message(where, name))
             continue
         gpu_signal = True
         kind_vendor, field, unit = kind
@@ -186,11 +192,10 @@ def _parse_container(
         if value is not None:
             values[field] = (name, value)
     if "memory" in values and "memory_pct" in values:
-        notes.deny(
-            "memory-conflict",
-            422,
-            f"{where} sets both {values['memory'][0]} and {values['memory_pct'][0]}; keep one of them",
-        )
+        # HAMi's Fit takes the absolute figure when both are given; so do we, saying so.
+        notes.warn(f"{where} sets {values['memory'][0]} and {values['memory_pct'][0]}; "
+                   f"{values['memory'][0]} applies")
+        del values["memory_pct"]
     gpu: GpuRequest | None = None
     if vendor is not None:
         count = values["count"][1] if "count" in values else (1 if values else 0)
@@ -251,6 +256,21 @@ def _parse_container(
 
 def _get(values: Mapping[str, tuple[str, int]], field: str) -> int | None:
     return values[field][1] if field in values else None
+
+
+def _kai_container(containers: list[ContainerRequest], name: object, notes: _Notes) -> int | None:
+    """The container KAI gives the fraction to: the one gpu-fraction-container-name names (init
+    containers first, as KAI's binder looks), else the first app container."""
+    if name is None:
+        return next((i for i, c in enumerate(containers) if not c.init), 0)
+    for init in (True, False):
+        for i, c in enumerate(containers):
+            if c.init == init and c.name == name:
+                return i
+    notes.deny("invalid-annotation", 422,
+               f"annotation {KAI_FRACTION_CONTAINER} is {name!r}, which names no container of the pod; "
+               "write the name of the container that uses the GPU")
+    return None
 
 
 def _effective(app: list[int], init: list[tuple[int, bool]]) -> int:
@@ -392,13 +412,12 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
                 f"{KAI_MEMORY} annotations; use one of them",
             )
         elif containers:
-            first = (
-                next(i for i, c in enumerate(containers) if not c.init) if any(not c.init for c in containers) else 0
-            )
-            c = containers[first]
-            containers[first] = ContainerRequest(
-                c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
-            )
+            first = _kai_container(containers, annotations.get(KAI_FRACTION_CONTAINER), notes)
+            if first is not None:
+                c = containers[first]
+                containers[first] = ContainerRequest(
+                    c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
+                )
     vendors: set[str] = set()
     for c in containers:
         if c.gpu is not None:
@@ -422,15 +441,17 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
                 f"volume hostPath {path} exposes the node's GPU devices; "
                 "remove it and ask for GPUs in resources.limits",
             )
-    for key in ("nvidia.com/vgpu-mode",):
-        if key in annotations:
-            notes.warn(f"annotation {key} is not supported here and is ignored")
     include, exclude, uuids_in, uuids_out = _selectors(annotations)
     placement = _choice(annotations, PLACEMENT, PLACEMENT_POLICIES, notes)
     if placement is None:
         placement = _choice(annotations, HAMI_NODE_POLICY, HAMI_POLICIES, notes, strict=False)
     topology_name = _choice(annotations, TOPOLOGY, _TOPOLOGIES, notes)
+    hami = gpu_policy(annotations)
+    for warning in hami.warnings:
+        notes.warn(warning)
     level = _pod_level(containers, spec, notes)
+    if level["gpus"] > 1 and numa_bind(annotations):
+        notes.warn(f"annotation {HAMI_NUMA_BIND}: GPUs are chosen by link topology, which prefers one NUMA node")
     name = metadata.get("name") or metadata.get("generateName") or ""
     scheduler = spec.get("schedulerName")
     node_name = spec.get("nodeName")
@@ -445,8 +466,8 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         uuids_include=uuids_in,
         uuids_exclude=uuids_out,
         placement=placement,
-        gpu_placement=_choice(annotations, HAMI_GPU_POLICY, HAMI_POLICIES, notes, strict=False),
-        topology=TopologyPreference(topology_name) if topology_name else None,
+        gpu_placement=hami.placement,
+        topology=TopologyPreference(topology_name) if topology_name else hami.topology,
         scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler",
         node_name=node_name if isinstance(node_name, str) else "",
         is_gpu_pod=gpu_pod,

@@ -43,9 +43,10 @@ class AdmissionCore:
 def real_core() -> AdmissionCore:
     """The allocation core's entry points (imported here, not at module load)."""
     from webhook.core import admit
-    from webhook.core.resources import is_gpu_pod
+    from webhook.core.vendors import needs_decision
 
-    return AdmissionCore(admit.mutate, admit.validate, is_gpu_pod, _check_inventory_write)
+    # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core.
+    return AdmissionCore(admit.mutate, admit.validate, needs_decision, _check_inventory_write)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:

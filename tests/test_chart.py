@@ -223,7 +223,7 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["timeoutSeconds"] == 5
         assert hook["admissionReviewVersions"] == ["v1"]
     # Enforcement fails closed; a skipped mutation is caught (and explained) by the validating webhook.
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Fail"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Fail", "Fail"]
     assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded"]
     assert mutating[0]["rules"] == [
         {
@@ -245,7 +245,20 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
             "scope": "Cluster",
         }
     ]
-    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate"]
+    claims = validating[2]
+    assert claims["name"] == "validate-resourceclaims.gpu-admission.io"
+    assert claims["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "scope": "Namespaced",
+        }
+    ]
+    # Claims live in tenant namespaces: the pod webhooks' namespace selection applies to them too.
+    assert claims["namespaceSelector"] == validating[0]["namespaceSelector"]
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 3
 
 
 def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> None:
@@ -259,7 +272,7 @@ def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> 
     )
     mutating = one(docs, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Ignore"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Ignore", "Fail"]
     assert {w["timeoutSeconds"] for w in mutating + validating} == {3}
 
 
@@ -271,6 +284,10 @@ def test_match_conditions_only_where_the_cluster_supports_them(
         assert ("matchConditions" in hook) is present
     inventories = one(rendered[scenario], "ValidatingWebhookConfiguration")["webhooks"][1]
     assert "matchConditions" not in inventories
+    claims = one(rendered[scenario], "ValidatingWebhookConfiguration")["webhooks"][2]
+    expected = [{"name": "claim-spec-written",
+                 "expression": "request.operation == 'CREATE' || object.spec != oldObject.spec"}]
+    assert claims.get("matchConditions") == (expected if present else None)
 
 
 def test_match_conditions_start_at_1_30_exactly(helm: helm_tool.Helm) -> None:
@@ -305,6 +322,11 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
             "verbs": ["get", "list", "watch"],
         },
         {"apiGroups": ["gpu-admission.io"], "resources": ["gpuinventories"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     assert rules_of(docs, "ClusterRole", f"{FULLNAME}-agent") == [
         {

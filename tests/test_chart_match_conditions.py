@@ -22,7 +22,8 @@ def may_use_gpu(tmp_path_factory: pytest.TempPathFactory) -> Any:
     helm = helm_tool.Helm(helm_tool.find_helm(), tmp_path_factory.mktemp("helm-home"))
     docs = helm.template(kube_version="1.34.0")
     hooks = [
-        w for d in docs if d["kind"].endswith("WebhookConfiguration") for w in d["webhooks"] if "matchConditions" in w
+        w for d in docs if d["kind"].endswith("WebhookConfiguration") for w in d["webhooks"]
+        if "matchConditions" in w and w["name"].endswith("-pods.gpu-admission.io")
     ]
     expressions = {c["expression"] for w in hooks for c in w["matchConditions"]}
     assert len(hooks) == 2 and len(expressions) == 1

@@ -204,6 +204,11 @@ def _extended(pod_spec: Mapping[str, Any], names: tuple[str, ...]) -> int:
     return max(app + sidecars, peak)
 
 
+def names_claims(pod: Mapping[str, Any]) -> bool:
+    """A pod naming DRA claims: it must reach the decision, whatever its containers ask."""
+    return bool(list_of(mapping_of(pod.get("spec")).get("resourceClaims")))
+
+
 def may_use_gpu(pod: Mapping[str, Any]) -> bool:
     """The server's fast-path test: a GPU pod, a pod naming DRA claims, or one asking for a resource that
     looks like an accelerator (a DRA-backed extended resource may be one)."""

@@ -26,6 +26,8 @@ log = logging.getLogger(ADMISSION_LOGGER)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 INVENTORY_GROUP = "gpu-admission.io"
 INVENTORY_RESOURCE = "gpuinventories"
+CLAIM_GROUP = "resource.k8s.io"
+CLAIM_RESOURCES = ("resourceclaims", "resourceclaimtemplates")
 ALWAYS_EXCLUDED = ("kube-system",)
 HTTP_REASONS = {400: "BadRequest", 408: "Timeout", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
 
@@ -38,15 +40,23 @@ class AdmissionCore:
     validate: Callable[..., Decision]
     is_gpu_pod: Callable[[Mapping[str, Any]], bool]
     check_inventory_write: Callable[[Mapping[str, Any]], Decision]
+    # ResourceClaim / ResourceClaimTemplate writes: (request, snapshot, policy) -> Decision; None: allowed.
+    check_claim: Callable[..., Decision] | None = None
 
 
 def real_core() -> AdmissionCore:
     """The allocation core's entry points (imported here, not at module load)."""
     from webhook.core import admit
+    from webhook.core.dra import names_claims
+    from webhook.core.dra_objects import check_claim_object
     from webhook.core.vendors import needs_decision
 
-    # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core.
-    return AdmissionCore(admit.mutate, admit.validate, needs_decision, _check_inventory_write)
+    # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core,
+    # and one naming DRA claims has their GPUs counted.
+    def decided(pod: Mapping[str, Any]) -> bool:
+        return needs_decision(pod) or names_claims(pod)
+
+    return AdmissionCore(admit.mutate, admit.validate, decided, _check_inventory_write, check_claim_object)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -179,6 +189,8 @@ class AdmissionHandler:
             if endpoint == "validate":
                 return _from_decision(uid, self.core.check_inventory_write(request), with_patch=False)
             return _fast(uid, "not-a-pod")
+        if _is_claim(request):
+            return self._claim(endpoint, incoming)
         if request.get("operation") != "CREATE":
             return _fast(uid, "not-create")
         if not _is_pod(request):
@@ -206,6 +218,31 @@ class AdmissionHandler:
 
         decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
         return _from_decision(uid, decision, with_patch=False)
+
+
+    def _claim(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """A DRA claim or claim template written in a namespace: refused when its GPUs could never be
+        counted (core/dra_objects.py). Only the validating webhook decides; nothing is reserved."""
+        request, uid = incoming.request, incoming.uid
+        namespace = _text(request.get("namespace"))
+        if endpoint != "validate" or self.core.check_claim is None or request.get("operation") not in (
+            "CREATE", "UPDATE"
+        ):
+            return _fast(uid, "not-a-pod")
+        if namespace in self.excluded_namespaces:
+            return _fast(uid, "excluded-namespace")
+        if not isinstance(request.get("object"), dict):
+            raise rv.ReviewError(400, "missing request.object: a claim CREATE or UPDATE must carry the claim")
+        decision = self.core.check_claim(request, self.source.snapshot(), self.policy.get())
+        return _from_decision(uid, decision, with_patch=False)
+
+
+def _is_claim(request: Mapping[str, Any]) -> bool:
+    resource = _mapping(request.get("resource"))
+    return (
+        resource.get("group") == CLAIM_GROUP and resource.get("resource") in CLAIM_RESOURCES
+        and not request.get("subResource")
+    )
 
 
 def _fast(uid: str, reason: str) -> _Outcome:

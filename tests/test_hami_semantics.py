@@ -77,6 +77,25 @@ def test_policy_cores_percent_caps_memory_only_slices() -> None:
     ]
 
 
+PROPORTIONAL = parse_policy({"defaults": {"sliceDefaults": "proportional"}})
+
+
+def test_proportional_slices_take_the_share_of_the_chosen_card_never_of_another() -> None:
+    p = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000}, annotations={"nvidia.com/use-gputype": "A100"})
+    share = -(-20000 * 100 // A100[1])  # 49 % of an A100's SMs
+    for snap in (A100_ONLY, snapshot(node("a1", A100, 8), node("t1", T4, 4, "none"))):
+        _, patched, _ = chain(p, snap, PROPORTIONAL)
+        assert env(patched) == [
+            {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "20000m"},
+            {"name": "CUDA_DEVICE_SM_LIMIT", "value": str(share)},
+        ]
+    _, patched, _ = chain(pod({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25}), policy=PROPORTIONAL)
+    assert env(patched) == [
+        {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": f"{A100[1] // 4}m"},
+        {"name": "CUDA_DEVICE_SM_LIMIT", "value": "25"},
+    ]
+
+
 def test_mps_memory_only_pins_memory_and_sets_no_thread_percentage() -> None:
     policy = parse_policy({"defaults": {"backend": "mps"}})
     _, patched, _ = chain(pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000}), policy=policy)

@@ -117,13 +117,26 @@ def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
 
     No memory given: the whole card's memory (policy.memory_percent when only cores are given).
     No cores given: the whole card, exclusive, when the memory is the whole card; else no compute cap
-    (0, best effort), or policy.cores_percent."""
+    (0, best effort), or policy.cores_percent. With slice_defaults "proportional", the missing figure is
+    the same share of the card as the given one: cores left None are resolved per chosen card by
+    placement (fitting.per_gpu), never against another node's card."""
     cores, memory_pct = request.cores, request.memory_pct
+    proportional = policy.slice_defaults == "proportional"
     if request.memory_mib is None and memory_pct is None:
-        memory_pct = policy.memory_percent if cores is not None and policy.memory_percent else 100
+        if cores is not None and policy.memory_percent:
+            memory_pct = policy.memory_percent
+        else:
+            memory_pct = cores if proportional and cores is not None and cores > 0 else 100
     if cores is None:
         whole = request.memory_mib is None and memory_pct is not None and memory_pct >= 100
-        cores = 100 if whole else policy.cores_percent if policy.cores_percent is not None else 0
+        if whole:
+            cores = 100
+        elif policy.cores_percent is not None:
+            cores = policy.cores_percent
+        elif proportional:
+            cores = memory_pct  # a percentage: that share; MiB: None, resolved on the chosen card
+        else:
+            cores = 0
     gpu_placement = resolve_gpu_policy(request.gpu_placement, policy.gpu_placement)
     if (cores, memory_pct, gpu_placement) == (request.cores, request.memory_pct, request.gpu_placement):
         return request
@@ -194,6 +207,8 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
     memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
     topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
     cores = request.cores if request.cores is not None else 100  # 0 is a slice with no compute cap
+    if request.cores is None and request.memory_mib is not None and card > 0:  # proportional, on this card
+        cores = min(100, max(1, -(-request.memory_mib * 100 // card)))
     return Allocation(None, (), request.gpus, memory, cores, request.vendor,
                       fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name)
 

@@ -15,6 +15,7 @@ from .vendors import is_gpu_resource
 
 BUILTIN_PLACEMENTS = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 GPU_PLACEMENTS = ("binpack", "spread")
+SLICE_DEFAULTS = ("hami", "proportional")
 BACKENDS = ("hami-core", "mps", "none")
 WHEN_FULL = ("admit", "deny")
 ON_STALE = ("deny", "allow")
@@ -70,8 +71,12 @@ class Policy:
     gpu_placement: str = "binpack"
     topology: TopologyPreference = TopologyPreference.PREFERRED
     backend: str = "hami-core"
-    memory_percent: int | None = None  # only cores given: this % of the card; None: same share as cores
-    cores_percent: int | None = None  # only memory given: this % of SMs; None: same share as memory
+    # Slices a pod leaves half-given, as HAMi fills them ("hami": no memory given, the whole card's; no cores
+    # given, no compute cap, or the whole card when the memory is) or "proportional" (the missing figure
+    # takes the same share of the chosen card as the given one).
+    slice_defaults: str = "hami"
+    memory_percent: int | None = None  # only cores given: this % of the card; None: per slice_defaults
+    cores_percent: int | None = None  # only memory given: this % of SMs; None: per slice_defaults
     tolerations: tuple[Mapping[str, Any], ...] = ()
     preferred_nodes: int = 5
     max_affinity_nodes: int = 200  # above this, required affinity names GPU models instead of nodes
@@ -224,8 +229,8 @@ def parse_policy(
     _known(
         defaults,
         "defaults",
-        ("placement", "gpuPlacement", "topology", "backend", "memoryPercent", "coresPercent", "tolerations",
-         "preferredNodes", "maxAffinityNodes"),
+        ("placement", "gpuPlacement", "topology", "backend", "sliceDefaults", "memoryPercent", "coresPercent",
+         "tolerations", "preferredNodes", "maxAffinityNodes"),
     )
     kwargs: dict[str, Any] = {"scorers": scorers}
     if "placement" in defaults:
@@ -237,6 +242,8 @@ def parse_policy(
         kwargs["topology"] = TopologyPreference(topo)
     if "backend" in defaults:
         kwargs["backend"] = _choice(defaults["backend"], "defaults.backend", BACKENDS)
+    if "sliceDefaults" in defaults:
+        kwargs["slice_defaults"] = _choice(defaults["sliceDefaults"], "defaults.sliceDefaults", SLICE_DEFAULTS)
     for key, attr in (("memoryPercent", "memory_percent"), ("coresPercent", "cores_percent")):
         if defaults.get(key) is not None:
             kwargs[attr] = _int(defaults[key], f"defaults.{key}", 1, 100)

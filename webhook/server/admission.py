@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.model import Decision
+from webhook.core.workload import describe as describe_workload
 
 from . import review as rv
 from .logs import ADMISSION_LOGGER, admission_fields, log_admission
@@ -150,6 +151,9 @@ class AdmissionHandler:
             duration_ms=elapsed * 1000.0,
             dry_run=incoming.dry_run,
         )
+        workload = describe_workload(_mapping(metadata.get("labels")))  # "PyTorchJob train/worker/3"
+        if workload:
+            fields["workload"] = workload
         log_admission(log, fields)
         return Answer(200, rv.envelope(incoming.api_version, outcome.response))
 

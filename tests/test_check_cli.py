@@ -88,7 +88,7 @@ def test_later_workloads_see_what_earlier_ones_took(tmp_path: Path, cluster: str
     assert report["results"][1]["message"].startswith(
         "exceeds ResourceQuota ml/gpus: requests.nvidia.com/gpu used 2, asked 1, limit 2"
     )
-    assert report["summary"] == {"allowed": 1, "denied": 1, "skipped": 0}
+    assert report["summary"] == {"allowed": 1, "denied": 1, "skipped": 0, "errors": 0}
 
 
 def test_json_result_shape_and_patch(tmp_path: Path, cluster: str, capsys) -> None:
@@ -174,20 +174,34 @@ def test_stdin_is_read_with_dash(cluster: str, capsys, monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({"m.yaml": "a: [1, 2\n"}, "m.yaml: document 0"),
-        ({"m.yaml": "- just\n- a list\n"}, "m.yaml: document 0"),
+        ({"m.yaml": "a: [1, 2\n"}, "line 2: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+        ({"m.yaml": "- just\n- a list\n"}, "expected a Kubernetes object (a mapping), got a list"),
     ],
 )
 def test_bad_manifests_exit_2_with_file_and_document(tmp_path: Path, cluster: str, capsys, files, message) -> None:
+    """A broken document is a result of its own (source, message), and the good file next to it is decided."""
     paths = [write(tmp_path / name, text) for name, text in files.items()]
-    code, out, err = run_check(capsys, "--cluster", cluster, *paths)
-    assert code == 2 and out == ""
-    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    good = write(tmp_path / "z.yaml", gpu_pod("fine", 1))
+    code, out, err = run_check(capsys, "--cluster", cluster, *paths, good)
+    assert code == 2 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"ERROR  {message}  [{paths[0]}:0]"
+    assert lines[1].startswith("ALLOW  Pod ml/fine: node gpu-1")
+    assert lines[-1] == "1 allowed, 0 denied, 1 input error, 0 skipped"
+    assert "Traceback" not in out
 
 
-def test_missing_file_exits_2(tmp_path: Path, cluster: str, capsys) -> None:
-    code, _, err = run_check(capsys, "--cluster", cluster, str(tmp_path / "nope.yaml"))
-    assert code == 2 and "nope.yaml" in err
+def test_missing_file_exits_2_and_the_other_files_are_still_decided(tmp_path: Path, cluster: str, capsys) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    good = write(tmp_path / "a.yaml", gpu_pod("fine", 1))
+    code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", missing, good)
+    report = json.loads(out)
+    assert code == 2
+    first, second = report["results"]
+    assert (first["source"], first["error"], first["message"], first["field"]) == (
+        missing, True, "no such file or directory", "")
+    assert second["allowed"] is True and second["name"] == "fine"
+    assert report["summary"] == {"allowed": 1, "denied": 0, "skipped": 0, "errors": 1}
 
 
 def test_bad_policy_names_file_and_field(tmp_path: Path, cluster: str, capsys) -> None:

@@ -11,15 +11,8 @@ import pytest
 
 from webhook.core.resources import parse_pod
 from webhook.errors import UserError
-from webhook.manifests import (
-    Document,
-    Skipped,
-    Workload,
-    load_documents,
-    parse_text,
-    pod_templates,
-    workloads,
-)
+from webhook.manifests import Document, load_documents, parse_text
+from webhook.workloads import Skipped, Workload, pod_templates, workloads
 
 FIXTURES = Path(__file__).parent / "fixtures" / "manifests"
 
@@ -314,7 +307,7 @@ def doc(data: dict[str, object]) -> Document:
     ],
 )
 def test_workload_kinds(kind: str, spec: dict[str, object], replicas: int, per_node: bool, pointer: str) -> None:
-    result = pod_templates(doc({"kind": kind, "metadata": {"name": "w", "namespace": "team-a"}, "spec": spec}))
+    [result] = pod_templates(doc({"kind": kind, "metadata": {"name": "w", "namespace": "team-a"}, "spec": spec}))
     assert isinstance(result, Workload)
     assert (
         result.kind,
@@ -343,7 +336,7 @@ def test_workload_kinds(kind: str, spec: dict[str, object], replicas: int, per_n
 
 def test_pod_is_copied_unchanged() -> None:
     data = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
-    result = pod_templates(doc(data))
+    [result] = pod_templates(doc(data))
     assert isinstance(result, Workload)
     assert (result.pod, result.replicas, result.template_path, result.namespace) == (data, 1, "", None)
     assert result.pod is not data
@@ -400,7 +393,7 @@ def test_list_item_errors_name_the_item() -> None:
 
 
 def test_generate_name_carries_over() -> None:
-    result = pod_templates(doc({"kind": "Job", "metadata": {"generateName": "run-"}, "spec": {"template": TEMPLATE}}))
+    [result] = pod_templates(doc({"kind": "Job", "metadata": {"generateName": "run-"}, "spec": {"template": TEMPLATE}}))
     assert isinstance(result, Workload)
     assert result.pod["metadata"]["generateName"] == "run-"
     assert "name" not in result.pod["metadata"]

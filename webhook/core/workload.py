@@ -61,7 +61,8 @@ def pod_labels(
     """The labels the controller of `family` puts on pod number `index` of `role` of workload `name`.
 
     `group_size` is the number of pods per group: LeaderWorkerSet workers (size - 1; pod `index` is worker
-    `index % group_size + 1` of group `index // group_size`) and JobSet jobs (parallelism)."""
+    `index % group_size + 1` of group `index // group_size`; the whole group, leader first, when the
+    workerTemplate serves both) and JobSet jobs (parallelism)."""
     if family == TRAINING:
         return {TRAINING_JOB: name, TRAINING_TYPE: role.lower(), TRAINING_INDEX: str(index),
                 TRAINING_OPERATOR: _OPERATOR_OF.get(kind, kind.lower() + "-controller")}
@@ -76,7 +77,8 @@ def pod_labels(
         if role == "leader":
             return {LWS_NAME: name, LWS_GROUP: str(index), LWS_WORKER: "0"}
         size = max(group_size, 1)
-        return {LWS_NAME: name, LWS_GROUP: str(index // size), LWS_WORKER: str(index % size + 1)}
+        first = 1 if role.endswith("worker") else 0  # with no leaderTemplate, pod 0 of each group leads
+        return {LWS_NAME: name, LWS_GROUP: str(index // size), LWS_WORKER: str(index % size + first)}
     if family == RAY:
         head = role == "head"
         return {RAY_CLUSTER: name, RAY_GROUP: "headgroup" if head else role,

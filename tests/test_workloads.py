@@ -302,7 +302,8 @@ def test_ray_worker_groups_replicas_min_max_and_autoscaling() -> None:
     assert [(w.role, w.replicas) for w in fixed] == [("head", 1), ("g", 4)]  # replicas raised to minReplicas
     scaled = one({"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "r"},
                   "spec": {"rayClusterConfig": {**spec, "enableInTreeAutoscaling": True}}})
-    assert scaled[1].replicas == 4 and scaled[1].notes[0] == "autoscaled: decided at minReplicas 2 (up to maxReplicas 5)"
+    assert scaled[1].replicas == 4
+    assert scaled[1].notes[0] == "autoscaled: decided at minReplicas 2 (up to maxReplicas 5)"
 
 
 def test_rayjob_on_an_existing_cluster() -> None:
@@ -311,7 +312,8 @@ def test_rayjob_on_an_existing_cluster() -> None:
     cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "shared"},
                "spec": {"headGroupSpec": {"template": POD}}}
     found = pod_templates(Document("f.yaml", 0, job), context([Document("c.yaml", 3, cluster)]))
-    assert isinstance(found, Skipped) and found.reason == "runs on RayCluster shared, decided as its own document [c.yaml:3]"
+    assert isinstance(found, Skipped)
+    assert found.reason == "runs on RayCluster shared, decided as its own document [c.yaml:3]"
     with pytest.raises(UserError, match="field spec.clusterSelector: cannot decide: runs on an existing RayCluster"):
         one(job)
 

@@ -41,6 +41,8 @@ def test_shared_slice_gets_hami_limits_and_moves_memory_and_cores_to_the_annotat
     assert patched["spec"]["tolerations"] == [TOLERATION]
     assert patched["metadata"]["labels"] == {"gpu-admission.io/managed": "true"}
     record = json.loads(patched["metadata"]["annotations"][ANNOTATION])
+    assert len(record.pop("seal")) == 32  # the HMAC that makes the record the webhook's word (test_record_trust)
+    assert record.pop("required") == {"key": "metadata.name", "operator": "In", "values": ["a1", "h1", "l1"]}
     assert record == {
         "version": 1,
         "node": "a1",
@@ -256,7 +258,8 @@ def test_resources_changed_after_mutation_are_refused() -> None:
     _, patched, _ = chain(pod({"nvidia.com/gpu": 1}))
     patched["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
     v = admit.validate(patched, CLUSTER, Policy())
-    assert (v.allowed, v.reason) == (False, "annotation-mismatch")
+    # The seal binds the record to the pod's GPU count per container: the record is no longer the webhook's.
+    assert (v.allowed, v.reason) == (False, "annotation-not-sealed")
 
 
 def test_node_name_on_a_gpu_pod_is_refused() -> None:

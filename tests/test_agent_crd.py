@@ -9,7 +9,14 @@ import pytest
 import yaml
 
 from webhook.agent.publish import GROUP, KIND, PLURAL, VERSION
-from webhook.core.inventory import OPTIONAL_GPU_FIELDS, PCIE_LEVELS, REQUIRED_GPU_FIELDS, TOP_LEVEL_FIELDS
+from webhook.core.inventory import (
+    OPTIONAL_GPU_FIELDS,
+    OPTIONAL_TOP_LEVEL_FIELDS,
+    PCIE_LEVELS,
+    REQUIRED_GPU_FIELDS,
+    TOOLKIT_FIELDS,
+    TOP_LEVEL_FIELDS,
+)
 
 CRD_PATH = Path(__file__).resolve().parent.parent / "charts" / "gpu-admission" / "crds" / "gpuinventory.yaml"
 
@@ -45,6 +52,7 @@ def test_printer_columns(crd: dict) -> None:
         ("Model", ".status.model"),
         ("NVLink", ".status.nvlink"),
         ("Driver", ".status.driverVersion"),
+        ("EnvRoute", ".status.visibleDevicesEnvvar"),
         ("Age", ".metadata.creationTimestamp"),
     ]
 
@@ -52,7 +60,8 @@ def test_printer_columns(crd: dict) -> None:
 def test_schema_matches_the_inventory_format(crd: dict) -> None:
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == list(TOP_LEVEL_FIELDS)
-    assert sorted(spec["properties"]) == sorted(TOP_LEVEL_FIELDS)
+    assert sorted(spec["properties"]) == sorted(TOP_LEVEL_FIELDS + OPTIONAL_TOP_LEVEL_FIELDS)
+    assert sorted(spec["properties"]["toolkit"]["properties"]) == sorted(TOOLKIT_FIELDS)
     gpu = spec["properties"]["gpus"]["items"]
     assert gpu["required"] == list(REQUIRED_GPU_FIELDS)
     assert list(gpu["properties"]) == list(REQUIRED_GPU_FIELDS + OPTIONAL_GPU_FIELDS)

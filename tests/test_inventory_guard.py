@@ -201,7 +201,7 @@ DELETE = object()
         (edit("version", 2), "spec.version: must be 1, got 2"),
         (edit("version", True), "spec.version: must be 1, got True"),
         (edit("pcie", DELETE), "spec.pcie: required"),
-        (edit("extra", 1), "spec.extra: unknown field (known: version, gpus, nvlink, pcie)"),
+        (edit("extra", 1), "spec.extra: unknown field (known: version, gpus, nvlink, pcie, toolkit)"),
         (edit("gpus", {}), "spec.gpus: must be a list, got an object"),
         (edit("gpus.0", "GPU-0"), "spec.gpus[0]: must be an object, got a string"),
         (edit("gpus.0.uuid", DELETE), "spec.gpus[0].uuid: required"),

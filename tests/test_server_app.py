@@ -186,6 +186,8 @@ def fast_path_cases() -> list[tuple[str, dict[str, Any]]]:
     no_gpu["request"]["object"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     mirror = gpu_pod_review(uid="f5")
     mirror["request"]["object"]["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "abc"}
+    mirror["request"]["object"]["spec"]["nodeName"] = "n1"  # a kubelet's own static pod (test_record_trust)
+    mirror["request"]["userInfo"] = {"username": "system:node:n1", "groups": ["system:nodes"]}
     system = gpu_pod_review(namespace="kube-system", uid="f6")
     own = gpu_pod_review(namespace="gpu-admission", uid="f7")
     delete = gpu_pod_review(uid="f8")

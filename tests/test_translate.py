@@ -72,6 +72,7 @@ def pod_obj(
     allocation: dict[str, Any] | None = None,
     phase: str = "Running",
     cpu: str = "1",
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if allocation is not None:
@@ -79,6 +80,8 @@ def pod_obj(
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"limits": limits or {}, "requests": {"cpu": cpu, "memory": "1Gi"}}}]
     }
+    if env:
+        spec["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
     if node:
         spec["nodeName"] = node
     return {"kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": phase}}
@@ -314,8 +317,11 @@ def test_bad_quota_names_the_key() -> None:
 # --- pods -------------------------------------------------------------------------------------
 
 
-def test_pod_usage_from_annotation() -> None:
-    use = pod_usage_of(pod_obj("p", limits={"nvidia.com/gpu": 2}, allocation=allocation("n1", [2, 3], 2, 4000, 30)))
+def test_pod_usage_from_limits_and_annotation_indices() -> None:
+    limits = {"CUDA_DEVICE_MEMORY_LIMIT_0": "4000m", "CUDA_DEVICE_MEMORY_LIMIT_1": "4000m",
+              "CUDA_DEVICE_SM_LIMIT": "30"}
+    recorded = allocation("n1", [2, 3], 2, 4000, 30)
+    use = pod_usage_of(pod_obj("p", limits={"nvidia.com/gpu": 2}, allocation=recorded, env=limits))
     assert use == PodUsage("team-a", "n1", (2, 3), 2, 4000, None, 30, 1000, 1024, "nvidia")
 
 
@@ -341,9 +347,10 @@ def test_unreadable_annotation_falls_back_to_resources() -> None:
 
 
 def test_annotation_for_another_node_drops_the_indices() -> None:
-    moved = pod_usage_of(pod_obj("p", node="n2", allocation=allocation("n1", [0], 1, 1000, 10)))
+    one = {"nvidia.com/gpu": 1}
+    moved = pod_usage_of(pod_obj("p", node="n2", limits=one, allocation=allocation("n1", [0], 1, 1000, 10)))
     assert moved is not None and (moved.node, moved.gpus) == ("n2", None)
-    pending = pod_usage_of(pod_obj("p", node=None, allocation=allocation(None, [], 1, 1000, 10)))
+    pending = pod_usage_of(pod_obj("p", node=None, limits=one, allocation=allocation(None, [], 1, 1000, 10)))
     assert pending is not None and (pending.node, pending.gpus) == (None, None)
 
 
@@ -374,7 +381,8 @@ def cluster() -> list[dict[str, Any]]:
             "spec": {"hard": {"cpu": "9"}},
         },
         {"kind": "Service", "metadata": {"name": "ignored"}},
-        pod_obj("recorded", allocation=allocation("n1", [1], 1, 20000, 50)),
+        pod_obj("recorded", limits={"nvidia.com/gpu": 1}, allocation=allocation("n1", [1], 1, 20000, 50),
+                env={"CUDA_DEVICE_MEMORY_LIMIT_0": "20000m", "CUDA_DEVICE_SM_LIMIT": "50"}),
         pod_obj("plain", limits={"nvidia.com/gpu": 2}),
         pod_obj("shared", node="n2", limits={"nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 20}),
         pod_obj("done", limits={"nvidia.com/gpu": 4}, phase="Succeeded"),

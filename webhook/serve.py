@@ -23,6 +23,7 @@ DEFAULT_SERVICE = "gpu-admission"
 LIVE_SOURCE_MODULE = "webhook.cluster.source"
 RESERVATION_STORES = ("memory", "api")
 RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
+RECORD_KEY_ENV = "GPU_ADMISSION_RECORD_KEY_FILE"  # the key that seals decision records (the chart's Secret)
 
 log = logging.getLogger("webhook.serve")
 
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
         load_policy(args.policy)  # a bad policy fails here, with the field named, before serving
     tls_files = _tls_files(args, namespace)
+    record_key = _record_key()  # here, before the workers fork: all of them must seal with one key
     source_factory = _source_factory(args, namespace)
     options = GunicornOptions(bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level)
 
@@ -110,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             namespace=namespace,
             policy_file=args.policy,
             cert_file=tls_files.cert_file,
+            record_key=record_key,
         )
         return create_app(config)
 
@@ -125,6 +128,22 @@ def run(args: argparse.Namespace) -> int:
     )
     serve_forever(app_factory, options, tls_files)
     return 0
+
+
+def _record_key() -> bytes:
+    """The key in $GPU_ADMISSION_RECORD_KEY_FILE, else a random one (then one replica only: another
+    replica could not verify this one's records, and its validation would refuse them)."""
+    path = os.environ.get(RECORD_KEY_ENV)
+    if not path:
+        log.warning("$%s not set: decision records are sealed with a random key; run one replica only", RECORD_KEY_ENV)
+        return os.urandom(32)
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the record key (${RECORD_KEY_ENV}): {err.strerror or err}") from None
+    if len(key) < 16:
+        raise UserError(f"{path}: the record key (${RECORD_KEY_ENV}) must be at least 16 bytes, got {len(key)}")
+    return key
 
 
 def _check_numbers(args: argparse.Namespace) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 EXIT_NO_NVML = 3
 DEFAULT_INTERVAL = 60.0
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -54,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, then ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--toolkit-config",
+        metavar="FILE",
+        default=TOOLKIT_CONFIG,
+        help="the NVIDIA container toolkit's config.toml, whose NVIDIA_VISIBLE_DEVICES settings the inventory "
+        f"reports (default {TOOLKIT_CONFIG}; a missing file: unknown; '' : do not read)",
     )
 
 
@@ -98,7 +106,8 @@ def run_agent(
         from .metrics import AgentMetrics, serve_metrics
 
         metrics = AgentMetrics(nvml, node_name)
-        agent = Agent(nvml, node_name, publisher, metrics, out or sys.stdout, err or sys.stderr)
+        agent = Agent(nvml, node_name, publisher, metrics, out or sys.stdout, err or sys.stderr,
+                      toolkit_config=getattr(args, "toolkit_config", ""))
         if args.once:
             agent.run_pass(strict=True)
             return 0
@@ -131,8 +140,11 @@ class Agent:
         metrics: AgentMetrics,
         out: TextIO,
         err: TextIO,
+        *,
+        toolkit_config: str = "",
     ) -> None:
         self.nvml = nvml
+        self.toolkit_config = toolkit_config
         self.node_name = node_name
         self.publisher = publisher
         self.metrics = metrics
@@ -151,6 +163,9 @@ class Agent:
             check_inventory(spec)
         except (self.nvml.NVMLError, InventoryError) as failure:
             return self._failed("discover", describe_failure(failure), strict)
+        toolkit = self._toolkit()
+        if toolkit is not None:
+            spec["toolkit"] = toolkit
         if self.publisher is None:
             if strict or spec != self.last_printed:
                 print(json.dumps(spec, separators=(",", ":")), file=self.out, flush=True)
@@ -168,6 +183,19 @@ class Agent:
             self._log(f"GPUInventory {self.node_name!r} {action}: {len(spec['gpus'])} GPUs")
         self.metrics.last_success.set(time.time())
         return action
+
+    def _toolkit(self) -> dict[str, Any] | None:
+        """The node's toolkit settings; None (unknown) without a config file or when it cannot be read:
+        a wrong guess would tell the webhook a route is closed when it is open."""
+        if not self.toolkit_config:
+            return None
+        from .toolkit import ToolkitConfigError, read_toolkit
+
+        try:
+            return read_toolkit(self.toolkit_config)
+        except ToolkitConfigError as failure:
+            self._log(f"{failure}; toolkit settings reported as unknown")
+            return None
 
     def loop(self, interval: float, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -47,6 +47,9 @@ def inventory_status(spec: dict[str, Any], driver_version: str) -> dict[str, Any
     }
     if driver_version:
         status["driverVersion"] = driver_version
+    toolkit = spec.get("toolkit")
+    if isinstance(toolkit, dict) and isinstance(toolkit.get("acceptEnvvarUnprivileged"), bool):
+        status["visibleDevicesEnvvar"] = "accepted" if toolkit["acceptEnvvarUnprivileged"] else "ignored"
     return status
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from webhook.core.dra import read_claim
 from webhook.core.inventory import inventory_from_json, toolkit_from_json
 from webhook.core.model import (
+    Allocation,
     Claim,
     Gpu,
     GpuUsage,
@@ -30,6 +31,8 @@ from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
 from webhook.core.resources import parse_pod
 from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
+
+from .held import held_of
 
 CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate"}
@@ -248,51 +251,48 @@ class PodUsage:
 
 
 def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
-    """GPU usage of a pod from its decision annotation, else from its resources; None when it holds none."""
+    """What a pod holds, from fields its owner cannot edit once it exists; None when it holds no GPU.
+
+    How many GPUs: its resources (extended resources are immutable). How much of each: the limit
+    variables in its containers' env (immutable, and what the limit layer enforces; see held.py), else
+    the slice its resources ask for, else whole cards. Which node: spec.nodeName (immutable once bound).
+    The decision annotation, which anyone allowed to update the pod can edit, only says which GPUs of
+    that node (or, while pending, which node), and only when it agrees with the pod's GPU count and
+    vendor: an edit can move the pod's usage between GPUs of its node, never change how much it counts.
+    """
     status, spec, metadata = (_map(pod.get(k)) for k in ("status", "spec", "metadata"))
     if status.get("phase") in TERMINAL_PHASES:
         return None
     request = parse_pod(pod)
-    node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
-    raw = _map(metadata.get("annotations")).get(ALLOCATION)
-    if isinstance(raw, str):
-        try:
-            allocation = allocation_from_json(json.loads(raw))
-        except ValueError:
-            allocation = None
-        if allocation is not None and allocation.gpu_count > 0:
-            node = node_name or allocation.node
-            indices = (
-                allocation.gpus if allocation.node == node and len(allocation.gpus) == allocation.gpu_count else None
-            )
-            return PodUsage(
-                request.namespace,
-                node,
-                indices,
-                allocation.gpu_count,
-                allocation.memory_mib,
-                None,
-                allocation.cores,
-                request.cpu_milli,
-                request.memory_mib_host,
-                allocation.vendor or "nvidia",
-            )
     if request.gpus <= 0:
         return None
-    shared = request.memory_mib is not None or request.memory_pct is not None
-    cores = request.cores if request.cores is not None else (0 if shared else 100)
-    return PodUsage(
-        request.namespace,
-        node_name,
-        None,
-        request.gpus,
-        request.memory_mib,
-        request.memory_pct,
-        cores,
-        request.cpu_milli,
-        request.memory_mib_host,
-        request.vendor or "nvidia",
-    )
+    vendor = request.vendor or "nvidia"
+    held = held_of(request)
+    if held is not None:
+        memory_mib, memory_pct, cores = held.memory_mib, None, held.cores
+    else:
+        shared = request.memory_mib is not None or request.memory_pct is not None
+        memory_mib, memory_pct = request.memory_mib, request.memory_pct
+        cores = request.cores if request.cores is not None else (0 if shared else 100)
+    node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
+    node, indices = node_name, None
+    recorded = _recorded_placement(_map(metadata.get("annotations")).get(ALLOCATION))
+    if recorded is not None and recorded.gpu_count == request.gpus and (recorded.vendor or "nvidia") == vendor:
+        node = node_name or recorded.node
+        if recorded.node == node and len(recorded.gpus) == request.gpus and len(set(recorded.gpus)) == request.gpus:
+            indices = recorded.gpus
+    return PodUsage(request.namespace, node, indices, request.gpus, memory_mib, memory_pct, cores,
+                    request.cpu_milli, request.memory_mib_host, vendor)
+
+
+def _recorded_placement(raw: object) -> Allocation | None:
+    """The decision annotation when it parses (its node and GPU indices are all that is read of it)."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        return allocation_from_json(json.loads(raw))
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def host_usage_of(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra
+from . import dra, node_routes
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -220,7 +220,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
             ) -> tuple[PodRequest, Decision | None, Allocation | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
     one is already reached (allowed-unmanaged or denied), and the recorded allocation if any."""
-    request = dra.with_claims(parse_pod(pod, namespace), snapshot, policy)
+    request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
     if not request.is_gpu_pod:
         # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
         warned = tuple(_warn(w) for w in request.warnings)

@@ -158,10 +158,10 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     return _set(("spec", "affinity"), old, affinity)
 
 
-def record_ops(pod: Mapping[str, Any], allocation: Allocation) -> list[Op]:
-    """The decision annotation and the managed label."""
+def record_ops(pod: Mapping[str, Any], allocation: Allocation, value: str | None = None) -> list[Op]:
+    """The decision annotation (`value`: its sealed text, see record.sealed_text) and the managed label."""
     meta = _map(pod.get("metadata"))
-    value = record_value(allocation)
+    value = record_value(allocation) if value is None else value
     ops: list[Op] = []
     for key, name, wanted in (("annotations", ANNOTATION, value), ("labels", MANAGED_LABEL, "true")):
         current = meta.get(key)

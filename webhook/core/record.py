@@ -1,17 +1,28 @@
-"""The decision annotation `gpu-admission.io/allocation`: the allocation as JSON, both ways.
+"""The decision annotation `gpu-admission.io/allocation`: the allocation as JSON, both ways, sealed.
 
-The watch cache reads it back to count running pods exactly as they were admitted, so the format is a
-contract: keys are stable and unknown keys are ignored.
+The record is the product's word, never the user's: the mutation signs it (`seal`, an HMAC-SHA256 under
+a key only the webhook holds, over the record, the namespace and the pod's GPU count per container), and
+a record whose seal does not verify is no record at all. A pod can carry a sealed record only by having
+gone through this webhook with the same GPU shape in the same namespace (or by copying one from such a
+pod, which asks for what that pod asked). The format is a contract: keys are stable, unknown keys are
+ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import hmac
+import json
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any, NamedTuple
 
-from .model import Allocation, TopologyClass
+from .model import Allocation, ContainerRequest, TopologyClass
 
 ANNOTATION = "gpu-admission.io/allocation"
+SEAL = "seal"
+REQUIRED = "required"
+# Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
+_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
@@ -89,3 +100,59 @@ def allocation_from_json(data: Any) -> Allocation:
         uuids=tuple(uuids),
         version=version,
     )
+
+
+@lru_cache(maxsize=1024)
+def canonical(allocation: Allocation) -> str:
+    """The record's canonical JSON (sorted keys, no spaces), without the seal. Memoised: the standard
+    library's encoder costs more than the rest of a patch, and the same allocation recurs."""
+    return _CANONICAL.encode(allocation_to_json(allocation))
+
+
+def shape_of(namespace: str, containers: Iterable[ContainerRequest]) -> str:
+    """What the seal binds a record to besides itself: the namespace and each container's GPU vendor and
+    count (what a mutation leaves in place), so that a record cannot move to another namespace or shape."""
+    return namespace + "|" + ";".join(f"{'i' if c.init else 'c'}{c.index}={c.gpu.vendor}:{c.gpu.count}"
+                                      for c in containers if c.gpu is not None)
+
+
+def seal(text: str, shape: str, key: bytes) -> str:
+    """HMAC-SHA256 (128 bits, hex) of the record's text and the pod's shape."""
+    return hmac.digest(key, f"{text}\n{shape}".encode(), "sha256")[:16].hex()
+
+
+def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: bytes) -> str:
+    """The annotation's value: the canonical record, the node requirement the mutation ANDed into the
+    pod's affinity (`required`, when it wrote one), and the seal over both, as the last key."""
+    text = canonical(allocation)
+    if required is not None:
+        text = f'{text[:-1]},"{REQUIRED}":{_CANONICAL.encode(required)}}}'
+    return f'{text[:-1]},"{SEAL}":"{seal(text, shape, key)}"}}'
+
+
+class Sealed(NamedTuple):
+    """A record whose seal verified: the allocation and the node requirement it carries (or None)."""
+
+    allocation: Allocation
+    required: Mapping[str, Any] | None
+
+
+def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
+    """The record of an annotation value whose seal verifies, else why it is not this webhook's."""
+    if not isinstance(raw, str):
+        return "it is not a string"
+    try:
+        data = json.loads(raw)
+        allocation = allocation_from_json(data)
+    except (ValueError, TypeError, RecursionError) as err:
+        return f"it is malformed ({err})"
+    required = data.get(REQUIRED)
+    if required is not None and not isinstance(required, Mapping):
+        return f"{REQUIRED}: expected an object"
+    text = canonical(allocation)
+    if required is not None:
+        text = f'{text[:-1]},"{REQUIRED}":{_CANONICAL.encode(required)}}}'
+    given = data.get(SEAL)
+    if not isinstance(given, str) or not given.isascii() or not hmac.compare_digest(given, seal(text, shape, key)):
+        return "its seal does not verify: someone other than this webhook wrote or changed it"
+    return Sealed(allocation, required)

@@ -74,13 +74,16 @@ class _Notes:
     def __init__(self) -> None:
         self.violations: list[Violation] = []
         self.warnings: list[str] = []
+        self._seen: set[tuple[str, str]] = set()  # a set, so that a pod of n containers costs O(n)
 
     def deny(self, rule: str, code: int, message: str) -> None:
-        if all(v.message != message for v in self.violations):
+        if ("deny", message) not in self._seen:
+            self._seen.add(("deny", message))
             self.violations.append(Violation(rule, code, message))
 
     def warn(self, message: str) -> None:
-        if message not in self.warnings:
+        if ("warn", message) not in self._seen:
+            self._seen.add(("warn", message))
             self.warnings.append(message)
 
 

@@ -50,12 +50,13 @@ def real_core() -> AdmissionCore:
     from webhook.core import admit
     from webhook.core.dra import names_claims
     from webhook.core.dra_objects import check_claim_object
+    from webhook.core.node_routes import device_list_mounts
     from webhook.core.vendors import needs_decision
 
     # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core,
-    # and one naming DRA claims has their GPUs counted.
+    # one naming DRA claims has their GPUs counted, and one mounting a toolkit device list is refused.
     def decided(pod: Mapping[str, Any]) -> bool:
-        return needs_decision(pod) or names_claims(pod)
+        return needs_decision(pod) or names_claims(pod) or bool(device_list_mounts(pod))
 
     return AdmissionCore(admit.mutate, admit.validate, decided, _check_inventory_write, check_claim_object)
 

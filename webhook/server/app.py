@@ -37,6 +37,9 @@ class ServerConfig:
     """The decision functions; None: the real allocation core."""
     policy: PolicyHolder | None = None
     """A ready-made policy holder (tests); overrides `policy_file`."""
+    record_key: bytes | None = None
+    """The key that seals decision records; every process and replica of one webhook needs the same one
+    (`serve` reads it from $GPU_ADMISSION_RECORD_KEY_FILE, the chart's Secret). None: a random key."""
 
 
 def create_app(config: ServerConfig) -> Flask:
@@ -49,7 +52,7 @@ def create_app(config: ServerConfig) -> Flask:
     handler = AdmissionHandler(
         source=config.source,
         policy=policy,
-        core=config.core or real_core(),
+        core=config.core or real_core(config.record_key),
         metrics=metrics,
         namespace=config.namespace,
     )

@@ -236,6 +236,12 @@ def test_kinds_are_matched_by_api_group_and_kind() -> None:
     assert [(w.walked, w.role) for w in other] == [(True, "spec.template")]
 
 
+def test_a_known_kind_without_apiversion_is_still_read_as_that_kind() -> None:
+    found = one({"kind": "PyTorchJob", "metadata": {"name": "p"},
+                 "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": POD}}}})
+    assert [(w.role, w.replicas, w.walked, w.family) for w in found] == [("Worker", 2, False, "training")]
+
+
 def test_volcano_task_without_replicas_makes_no_pods_and_keeps_its_own_scheduler() -> None:
     [task] = one({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
                   "spec": {"schedulerName": "kai-scheduler",

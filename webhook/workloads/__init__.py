@@ -92,8 +92,12 @@ def pod_templates(doc: Document, ctx: Context | None = None) -> list[Workload] |
     ctx = ctx or Context()
     kind, name, namespace = _identity(doc)
     group = group_of(doc.data)
-    if group is None and kind in _CORE:
-        group = _CORE_GROUPS.get(kind, ("apps",))[0]  # no apiVersion written: the core kind of that name
+    if group is None:  # no apiVersion written: the one known kind of that name, if there is one
+        groups = {g for g, k in KINDS if k == kind} | ({"argoproj.io"} if kind in ARGO_KINDS else set())
+        if kind in _CORE:
+            group = _CORE_GROUPS.get(kind, ("apps",))[0]
+        elif len(groups) == 1:
+            group = groups.pop()
     cluster_scoped = is_cluster_scoped(group, kind)
     if cluster_scoped and kind != "ClusterWorkflowTemplate":
         namespace = None

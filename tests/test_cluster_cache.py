@@ -144,7 +144,8 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "team-b": (QuotaLimits("gpu-quota", 2, None, None),),
     }
     assert {n: ns.managed for n, ns in snap.namespaces.items()} == {"default": False, "team-a": True, "team-b": True}
-    assert {k: c.requests[0][1][0].count for k, c in snap.claims.items()} == {"team-a/one-gpu": 1, "team-b/four-gpus": 4}
+    counts = {k: c.requests[0][1][0].count for k, c in snap.claims.items()}
+    assert counts == {"team-a/one-gpu": 1, "team-b/four-gpus": 4}
     assert set(snap.claim_templates) == {"team-a/gpu-claim-template"}
     assert snap == build_snapshot(mirror.all())
 

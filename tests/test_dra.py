@@ -30,7 +30,8 @@ def documents(name: str) -> list[dict[str, Any]]:
 
 
 CLAIMS = documents("claims.yaml")
-TEMPLATES = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in CLAIMS if d["kind"] == "ResourceClaimTemplate"}
+TEMPLATES = {f"team-a/{d['metadata']['name']}": dra.read_claim(d)
+             for d in CLAIMS if d["kind"] == "ResourceClaimTemplate"}
 CLAIMED = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in CLAIMS if d["kind"] == "ResourceClaim"}
 
 
@@ -54,7 +55,10 @@ def claim_pod(claim: str, *, name: str = "p", namespace: str = "team-a", templat
     return p
 
 
-def chain(p: dict[str, Any], snap: Snapshot, policy: Policy = Policy()) -> tuple[Any, dict[str, Any], Any]:
+DEFAULT = Policy()
+
+
+def chain(p: dict[str, Any], snap: Snapshot, policy: Policy = DEFAULT) -> tuple[Any, dict[str, Any], Any]:
     m = admit.mutate(p, snap, policy)
     assert m.allowed, m.message
     patched = jsonpatch.apply_patch(p, [dict(op) for op in m.patch])

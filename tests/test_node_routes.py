@@ -165,8 +165,9 @@ def test_a_device_list_mount_is_refused(gpus: int) -> None:
 
 
 def test_device_list_mounts_are_found_however_written() -> None:
-    p = pod(initContainers=[{"name": "i", "volumeMounts": [{"name": "n", "mountPath": "//run/nvidia-container-devices/"}]}],
-            ephemeralContainers=[{"name": "e", "volumeMounts": [{"name": "n", "mountPath": "/var/run/x/../nvidia-container-devices/GPU-1"}]}])
+    init = {"name": "i", "volumeMounts": [{"name": "n", "mountPath": "//run/nvidia-container-devices/"}]}
+    debug = {"name": "e", "volumeMounts": [{"name": "n", "mountPath": "/var/run/x/../nvidia-container-devices/GPU-1"}]}
+    p = pod(initContainers=[init], ephemeralContainers=[debug])
     assert device_list_mounts(p) == [
         "init container 'i' mounts //run/nvidia-container-devices/",
         "ephemeral container 'e' mounts /var/run/x/../nvidia-container-devices/GPU-1",

@@ -1,7 +1,8 @@
 """`gpu-admission snapshot`: save the live cluster objects that `check --cluster FILE` decides against.
 
-Nodes, Pods, Namespaces, ResourceQuotas, GPUInventories and DRA ResourceClaims(Templates), as one `kind: List` YAML document,
-without `metadata.managedFields` (bookkeeping of the API server that no reader needs).
+Nodes, Pods, Namespaces, ResourceQuotas, GPUInventories and DRA ResourceClaims(Templates), as one
+`kind: List` YAML document, without `metadata.managedFields` (bookkeeping of the API server that no
+reader needs).
 """
 
 from __future__ import annotations

@@ -7,12 +7,11 @@ webhook) and re-checks quota against the recorded allocation, which the server t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra, node_routes
+from . import dra, node_routes, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -31,7 +30,7 @@ from .model import (
 from .placement import PlacementContext, WorkloadShape, index_of, place
 from .policy import Policy
 from .quota import check_quota
-from .record import ANNOTATION, allocation_from_json
+from .record import ANNOTATION, Sealed, sealed_text, shape_of
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, whole_cards
 from .vendors import is_mapping, kept_for_scheduler, list_of, mapping_of
@@ -67,15 +66,13 @@ def is_managed(namespace: str, snapshot: Snapshot, policy: Policy) -> bool:
     return ns is not None and ns.managed
 
 
-def _recorded(pod: Mapping[str, Any]) -> Allocation | None | str:
-    """The allocation annotation: an Allocation, None when absent, or an error message."""
-    raw = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return allocation_from_json(json.loads(raw) if isinstance(raw, str) else raw)
-    except (ValueError, TypeError) as err:
-        return f"annotation {ANNOTATION} is malformed ({err}): remove it and let the webhook write it"
+MAX_VIOLATIONS = 5  # a denial names this many; a pod of 20,000 bad containers gets a short message
+
+
+def _violations_message(request: PodRequest) -> str:
+    shown = [v.message for v in request.violations[:MAX_VIOLATIONS]]
+    more = len(request.violations) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
@@ -216,11 +213,21 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
 # ------------------------------------------------------------------------------------------ shared core
 
 
-def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None
-            ) -> tuple[PodRequest, Decision | None, Allocation | None]:
+def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: bytes,
+            validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
-    one is already reached (allowed-unmanaged or denied), and the recorded allocation if any."""
+    one is already reached (allowed-unmanaged or denied), and the pod's record if this webhook sealed it.
+    A record the webhook did not seal is dropped: the pod is judged exactly as the same pod without it,
+    except that validation names the record when it refuses a GPU pod for lacking one."""
     request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
+    sealed = trust.sealed_record(pod, request, key)
+    if isinstance(sealed, str):
+        why, sealed, pod = sealed, None, trust.without_record(pod)
+        request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
+        if validating and request.is_gpu_pod and request.gpus > 0 and is_managed(request.namespace, snapshot, policy):
+            return request, _deny(403, "annotation-not-sealed",
+                                  f"the pod's {ANNOTATION} annotation is not this webhook's: {why}; remove it and "
+                                  "resubmit (the mutating webhook writes it)"), None
     if not request.is_gpu_pod:
         # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
         warned = tuple(_warn(w) for w in request.warnings)
@@ -229,8 +236,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
     if request.violations:
         first = request.violations[0]
-        message = "; ".join(v.message for v in request.violations)
-        return request, _deny(first.code, first.rule, message), None
+        return request, _deny(first.code, first.rule, _violations_message(request)), None
     if request.gpus <= 0:
         # Names a GPU resource but asks for none of it (`nvidia.com/gpu: 0`): the device plugin gives it
         # no device, so there is nothing to limit or place; the isolation rules above still applied.
@@ -239,9 +245,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         return request, _deny(403, "node-name-set",
                               f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "
                               "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
-    recorded = _recorded(pod)
-    if isinstance(recorded, str):
-        return request, _deny(422, "bad-annotation", recorded), None
+    recorded = sealed.allocation if sealed is not None else None
     if recorded is not None:
         if recorded.gpu_count != request.gpus or recorded.vendor != request.vendor:
             return request, _deny(403, "annotation-mismatch",
@@ -257,14 +261,14 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
         mismatch = _env_mismatch(request, recorded, policy.backend_for(request.namespace))
         if mismatch:
-            return request, _deny(403, "isolation-env", mismatch), recorded
+            return request, _deny(403, "isolation-env", mismatch), sealed
     if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
         denial = check_policy(request.evolve(memory_mib=None, memory_pct=None, cores=100), policy)
     else:
         denial = check_policy(request, policy)
     if denial:
-        return request, _deny(denial.code, denial.rule, denial.message), recorded
-    return request, None, recorded
+        return request, _deny(denial.code, denial.rule, denial.message), sealed
+    return request, None, sealed
 
 
 def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[Decision | None, Placement | None]:
@@ -288,12 +292,15 @@ def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
 # ------------------------------------------------------------------------------------------ entry points
 
 
-def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None) -> Decision:
+def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+           record_key: bytes = b"") -> Decision:
     """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
-    the decision annotation. Idempotent: an already-mutated pod gets no operations."""
-    request, final, recorded = _screen(pod, snapshot, policy, namespace)
+    the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
+    verify in one process with the default). Idempotent: an already-mutated pod gets no operations."""
+    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
     if final is not None:
         return final
+    recorded = sealed.allocation if sealed is not None else None
     request = _normalise(request, policy)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
@@ -323,21 +330,31 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     denial = _quota(request, allocation, snapshot, warnings)
     if denial:
         return replace(denial, warnings=tuple(warnings))
-    ops = _patch(request, allocation, placement, snapshot, policy)
+    required = sealed.required if sealed is not None else None
+    ops = _patch(request, allocation, placement, snapshot, policy, required, record_key)
     message = f"node {allocation.node}" if allocation.node else "no node free now"
     return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
 
 
-def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None) -> Decision:
-    """Commit: the final pod must carry the allocation its mutation recorded, with limits intact, and
-    still fit its namespace's quotas (counting reservations). Never returns a patch."""
-    request, final, recorded = _screen(pod, snapshot, policy, namespace)
+def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+             record_key: bytes = b"") -> Decision:
+    """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
+    node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
+    a patch."""
+    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
     if final is not None:
         return final
-    if recorded is None:
+    if sealed is None:
         return _deny(403, "not-mutated",
                      f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
                      "it (it may be unavailable); retry the create")
+    recorded = sealed.allocation
+    if (sealed.required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.required)):
+        return _deny(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
+                     f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
+                     "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     backend = policy.backend_for(request.namespace)
     missing = _missing_limits(request, recorded, backend)
     if missing:
@@ -364,17 +381,25 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
 
 
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
-           policy: Policy) -> list[dict[str, Any]]:
+           policy: Policy, required: Mapping[str, Any] | None, key: bytes) -> list[dict[str, Any]]:
+    """The operations, the sealed record last. `required`: the node requirement of a sealed record,
+    which the mutation ANDs in again (a no-op on its own output) instead of placing anew."""
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
     ops += patches.env_ops(pod, request, allocation, policy.backend_for(request.namespace))
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
-    if placement is not None and request.scheduler_name in DEFAULT_SCHEDULERS:
-        ops += patches.affinity_ops(pod, _required(placement, snapshot, policy),
-                                    [o.node for o in placement.options[: policy.preferred_nodes]])
-    ops += patches.record_ops(pod, allocation)
+    if request.scheduler_name in DEFAULT_SCHEDULERS:
+        if placement is not None:
+            required = _required(placement, snapshot, policy)
+            ops += patches.affinity_ops(pod, required, [o.node for o in placement.options[: policy.preferred_nodes]])
+        elif required is not None:
+            ops += patches.affinity_ops(pod, required, [])
+    else:
+        required = None
+    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key)
+    ops += patches.record_ops(pod, allocation, text)
     return ops
 
 

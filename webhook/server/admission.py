@@ -8,12 +8,14 @@ process never dies on a request.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.model import Decision
+from webhook.core.trust import is_mirror_pod
 from webhook.core.workload import describe as describe_workload
 
 from . import review as rv
@@ -24,7 +26,6 @@ from .source import SnapshotSource
 
 log = logging.getLogger(ADMISSION_LOGGER)
 
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 INVENTORY_GROUP = "gpu-admission.io"
 INVENTORY_RESOURCE = "gpuinventories"
 CLAIM_GROUP = "resource.k8s.io"
@@ -45,8 +46,11 @@ class AdmissionCore:
     check_claim: Callable[..., Decision] | None = None
 
 
-def real_core() -> AdmissionCore:
-    """The allocation core's entry points (imported here, not at module load)."""
+def real_core(record_key: bytes | None = None) -> AdmissionCore:
+    """The allocation core's entry points (imported here, not at module load), sealing decision records
+    with `record_key` (None: a random key, good for this process only; `serve` passes the chart's Secret)."""
+    from functools import partial
+
     from webhook.core import admit
     from webhook.core.dra import names_claims
     from webhook.core.dra_objects import check_claim_object
@@ -58,7 +62,9 @@ def real_core() -> AdmissionCore:
     def decided(pod: Mapping[str, Any]) -> bool:
         return needs_decision(pod) or names_claims(pod) or bool(device_list_mounts(pod))
 
-    return AdmissionCore(admit.mutate, admit.validate, decided, _check_inventory_write, check_claim_object)
+    key = secrets.token_bytes(32) if record_key is None else record_key
+    return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
+                         _check_inventory_write, check_claim_object)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -207,7 +213,9 @@ class AdmissionHandler:
         namespace = _text(request.get("namespace")) or _text(metadata.get("namespace"))
         if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
-        if MIRROR_ANNOTATION in _mapping(metadata.get("annotations")):
+        # Only the kubelet of the pod's own node passes with a mirror pod; anyone else is decided by the
+        # core like any pod (and like `check`, which knows no requester).
+        if is_mirror_pod(pod, _text(_mapping(request.get("userInfo")).get("username"))):
             return _fast(uid, "mirror-pod")
         if not self.core.is_gpu_pod(pod):
             return _fast(uid, "no-gpu-request")

@@ -214,3 +214,57 @@ def test_nvidia_gpu_through_a_dra_device_class_counts_once_not_again_for_the_sch
     assert m.allocation is not None and m.allocation.usage().gpus == 1 and v.allowed
     request = {"operation": "CREATE", "namespace": "team-a", "object": scheduler_claim}
     assert check_claim_object(request, snap, Policy()).allowed
+
+
+# ------------------------------------------------------------------------------------------ check --cluster
+
+
+CLUSTER_FILE = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gpu-1
+    labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory: "81559", nvidia.com/gpu.count: "8"}
+  status:
+    allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "8"}
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: team-a, labels: {gpu-admission.io/enabled: "true"}}
+- apiVersion: v1
+  kind: ResourceQuota
+  metadata: {name: gpus, namespace: team-a}
+  spec: {hard: {requests.nvidia.com/gpu: "5"}}
+"""
+
+
+def test_check_counts_the_claims_of_cluster_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The JobSet's 3 x 2 workers ask 2 GPUs each through gpu-claim-template (from claims.yaml, a
+    --cluster file): two fit the quota of 5, the third does not."""
+    from webhook.cli import main
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER_FILE)
+    manifest = tmp_path / "jobset.yaml"
+    manifest.write_text((FIXTURES / "jobset-site-static-examples-workload-aware-scheduling-dra-jobset.yaml")
+                        .read_text())
+    code = main(["check", "--cluster", str(cluster), "--cluster", str(FIXTURES / "claims.yaml"),
+                 "--namespace", "team-a", "-o", "json", str(manifest)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    (result,) = report["results"]
+    assert result["allowed"] is False and "requests.nvidia.com/gpu used 4, asked 2, limit 5" in result["message"]
+
+
+def test_a_malformed_claim_in_a_cluster_file_names_file_document_and_field(tmp_path: Path) -> None:
+    from webhook.cluster.files import load_cluster
+    from webhook.errors import UserError
+
+    broken = tmp_path / "claims.yaml"
+    broken.write_text((FIXTURES / "claims.yaml").read_text().replace("count: 2", "count: two", 1))
+    with pytest.raises(UserError) as raised:
+        load_cluster([str(broken)])
+    text = str(raised.value)
+    assert str(broken) in text and "spec.spec.devices.requests[0].exactly.count" in text

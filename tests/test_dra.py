@@ -268,3 +268,71 @@ def test_a_malformed_claim_in_a_cluster_file_names_file_document_and_field(tmp_p
         load_cluster([str(broken)])
     text = str(raised.value)
     assert str(broken) in text and "spec.spec.devices.requests[0].exactly.count" in text
+
+
+# ------------------------------------------------------------------------------------------ pods that run
+
+
+def running(name: str, claim: str, *, template: bool = False, made: str | None = None,
+            phase: str = "Running") -> dict[str, Any]:
+    """A pod as the watch sees it once admitted: resources name no GPU, its claims hold them."""
+    key = "resourceClaimTemplateName" if template else "resourceClaimName"
+    status: dict[str, Any] = {"phase": phase}
+    if made:
+        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": made}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
+            "spec": {"nodeName": "gpu-1", "resourceClaims": [{"name": "gpu", key: claim}],
+                     "containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}]},
+            "status": status}
+
+
+def made_claim(name: str, count: int) -> dict[str, Any]:
+    """The claim the resourceclaim controller makes for a pod from gpu-claim-template."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                           "count": count}}]}}}
+
+
+def cluster_objects(*pods: dict[str, Any]) -> list[dict[str, Any]]:
+    base = yaml.safe_load(CLUSTER_FILE)["items"]
+    return [*base, *CLAIMS, made_claim("workers-0-gpu-x1", 2), *pods]
+
+
+def test_pods_holding_claims_count_against_the_quota_while_they_run() -> None:
+    from webhook.cluster.cache import ClusterCache
+    from webhook.cluster.translate import build_snapshot
+
+    objects = cluster_objects(
+        running("workers-0", "gpu-claim-template", template=True, made="workers-0-gpu-x1"),  # its made claim: 2
+        running("workers-1", "gpu-claim-template", template=True),  # claim not made yet: the template's 2
+        running("first-user", "held"),  # a named claim: 1
+        running("second-user", "held"),  # the same claim again: counted once
+        running("done", "mig-1g", phase="Succeeded"),  # finished: holds nothing
+    )
+    snap = build_snapshot(objects)
+    assert snap.namespace_usage["team-a"].gpus == 5
+    cache = ClusterCache(clock=lambda: 0.0)
+    by_kind = {"Node": "nodes", "Namespace": "namespaces", "ResourceQuota": "resourcequotas", "Pod": "pods",
+               "ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
+    for kind, plural in by_kind.items():
+        cache.replace(plural, [o for o in objects if o["kind"] == kind])
+    assert cache.snapshot().namespace_usage == snap.namespace_usage
+    cache.apply("pods", "DELETED", objects[-4])  # workers-1 gone
+    assert cache.snapshot().namespace_usage["team-a"].gpus == 3
+    cache.apply("resourceclaims", "DELETED", made_claim("workers-0-gpu-x1", 2))
+    assert cache.snapshot().namespace_usage["team-a"].gpus == 1
+
+
+def test_a_second_dra_pod_sees_the_gpus_of_the_first_once_it_runs() -> None:
+    """Quota 5, each JobSet worker 2 GPUs: with two workers running, a third is refused; before, the
+    running ones counted nothing (their resources name no GPU) and every worker was admitted."""
+    from webhook.cluster.translate import build_snapshot
+
+    snap = build_snapshot(cluster_objects(
+        running("workers-0", "gpu-claim-template", template=True, made="workers-0-gpu-x1"),
+        running("workers-1", "gpu-claim-template", template=True),
+    ))
+    decision = admit.mutate(jobset_pod(), snap, Policy())
+    assert not decision.allowed and "requests.nvidia.com/gpu used 4, asked 2, limit 5" in decision.message

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from webhook.core.dra import claim_refs, held_usage, largest_card
 from webhook.core.inventory import toolkit_from_json
 from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.resources import is_gpu_pod
@@ -57,6 +58,8 @@ class ClusterCache:
         self._quotas: dict[str, dict[str, QuotaLimits]] = {}
         self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
         self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
+        # Pods holding DRA claims: pod key -> (namespace, claim refs); their GPUs count with the claims'.
+        self._dra_holders: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
         self._gpu_pods = 0
@@ -232,6 +235,8 @@ class ClusterCache:
 
     def _delete(self, kind: str, key: str) -> None:
         if kind == "pods":
+            if self._dra_holders.pop(key, None) is not None:
+                self._dirty.add("namespace_usage")
             pod = self._pods.pop(key, None)
             if pod is not None:
                 self._unplace(key, pod)
@@ -250,7 +255,7 @@ class ClusterCache:
                 self._dirty.add("namespaces")
         elif kind in CLAIM_KINDS:
             if self._claims[kind].pop(key, None) is not None:
-                self._dirty.add(kind)
+                self._dirty.update((kind, "namespace_usage"))
         else:
             ns, _, name = key.partition("/")
             quotas = self._quotas.get(ns, {})
@@ -299,15 +304,22 @@ class ClusterCache:
         table = self._claims[kind]
         if claim is None:
             if table.pop(key, None) is not None:
-                self._dirty.add(kind)
+                self._dirty.update((kind, "namespace_usage"))
         elif table.get(key) != claim:
             table[key] = claim
-            self._dirty.add(kind)
+            self._dirty.update((kind, "namespace_usage"))
 
     # -- pods -----------------------------------------------------------------------------------
 
     def _upsert_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
+        refs = claim_refs(obj)
+        if refs != self._dra_holders.get(key, ("", ()))[1]:
+            if refs:
+                self._dra_holders[key] = (str(meta_of(obj).get("namespace") or "default"), refs)
+            else:
+                del self._dra_holders[key]
+            self._dirty.add("namespace_usage")
         try:
             # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
             annotations = meta_of(obj).get("annotations")
@@ -420,6 +432,12 @@ class ClusterCache:
             if "namespace_usage" in dirty or previous is None
             else previous.namespace_usage
         )
+        if self._dra_holders and ("namespace_usage" in dirty or previous is None or self._dirty_nodes):
+            ns_usage = {ns: entry[0] for ns, entry in self._ns_usage.items()}
+            held = held_usage(self._dra_holders, self._claims["resourceclaims"], self._claims["resourceclaimtemplates"],
+                              largest_card(self._nodes))
+            for namespace, use in held.items():
+                ns_usage[namespace] = ns_usage.get(namespace, Usage()) + use
         claims, templates = (
             dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)
             for kind, field in zip(CLAIM_KINDS, ("claims", "claim_templates"), strict=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.core.dra import read_claim
+from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
 from webhook.core.inventory import inventory_from_json, toolkit_from_json
 from webhook.core.model import (
     Allocation,
@@ -396,6 +396,12 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
             found = guarded(kind, obj, claim_of)
             if found is not None:
                 table[found[0]] = found[1]
+    # What live pods hold through DRA claims (their resources name no GPU), counted like any GPU.
+    holders = {str(i): (str(_map(p.get("metadata")).get("namespace") or "default"), refs)
+               for i, p in enumerate(by_kind["Pod"]) if (refs := claim_refs(p))}
+    for namespace, held in held_usage(holders, claims["ResourceClaim"], claims["ResourceClaimTemplate"],
+                                      largest_card(nodes)).items():
+        namespace_usage[namespace] = namespace_usage.get(namespace, Usage()) + held
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)

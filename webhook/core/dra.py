@@ -21,8 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .model import Allocation, Claim, DeviceAsk, PodRequest, Snapshot, TopologyClass, Violation
-from .policy import Policy
+from .model import Allocation, Claim, DeviceAsk, Node, PodRequest, Snapshot, TopologyClass, Usage, Violation
+from .policy import DRA_DEVICE_CLASSES, Policy
 from .quantity import QuantityError, parse_quantity
 from .vendors import MAX_GPUS, is_gpu_pod, list_of, looks_like_gpu, mapping_of
 
@@ -308,3 +308,72 @@ def allocation(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Alloc
     model = request.models_include[0] if len(request.models_include) == 1 else ""
     topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
     return Allocation(None, (), request.gpus, memory, 100, "nvidia", model, topology, 0.0, "dra")
+
+
+# ------------------------------------------------------------------------------------------ running pods
+
+
+def claim_refs(pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The claims a live pod holds, from fields its owner cannot edit: ("ResourceClaim", "ns/name") for
+    each named claim and each claim made from a template (status.resourceClaimStatuses names it), and
+    ("ResourceClaimTemplate", "ns/name") for a template whose claim is not made yet. () when none."""
+    spec = mapping_of(pod.get("spec"))
+    entries = list_of(spec.get("resourceClaims"))
+    if not entries:
+        return ()
+    metadata, status = mapping_of(pod.get("metadata")), mapping_of(pod.get("status"))
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return ()
+    namespace = str(metadata.get("namespace") or "default")
+    made = {mapping_of(s).get("name"): mapping_of(s).get("resourceClaimName")
+            for s in list_of(status.get("resourceClaimStatuses"))}
+    refs: list[tuple[str, str]] = []
+    for raw in entries:
+        entry = mapping_of(raw)
+        claim, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        generated = made.get(entry.get("name"))
+        if isinstance(claim, str) and claim:
+            refs.append(("ResourceClaim", f"{namespace}/{claim}"))
+        elif isinstance(generated, str) and generated:
+            refs.append(("ResourceClaim", f"{namespace}/{generated}"))
+        elif isinstance(template, str) and template:
+            refs.append(("ResourceClaimTemplate", f"{namespace}/{template}"))
+    return tuple(refs)
+
+
+def claim_gpus(claim: Claim, classes: tuple[str, ...]) -> int:
+    """GPUs a claim holds (its largest alternative per request; allocationMode All counts its ask as 1,
+    the least it can hold: such claims are refused in managed namespaces)."""
+    total = 0
+    for _, asks in claim.requests:
+        counts = [1 if a.all_devices else a.count for a in asks if a.device_class in classes]
+        total += max(counts, default=0)
+    return total
+
+
+def largest_card(nodes: Mapping[str, Node]) -> int:
+    """MiB of the largest NVIDIA card of the cluster (0 without one)."""
+    return max((g.memory_mib for n in nodes.values() if n.vendor == "nvidia" for g in n.gpus), default=0)
+
+
+def held_usage(holders: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]], claims: Mapping[str, Claim],
+               templates: Mapping[str, Claim], card_mib: int,
+               classes: tuple[str, ...] = DRA_DEVICE_CLASSES) -> dict[str, Usage]:
+    """What live pods hold through DRA, per namespace: each claim once however many pods share it, and a
+    template's GPUs for each pod whose claim is not made yet. `holders`: pod key -> (namespace, refs).
+    Whole devices: `card_mib` of memory (the largest card, as admission counts) and 100 % per GPU."""
+    seen: set[str] = set()
+    gpus: dict[str, int] = {}
+    for namespace, refs in holders.values():
+        for kind, key in refs:
+            if kind == "ResourceClaim":
+                if key in seen or key not in claims:
+                    continue
+                seen.add(key)
+                count = claim_gpus(claims[key], classes)
+            else:
+                template = templates.get(key)
+                count = claim_gpus(template, classes) if template is not None else 0
+            if count:
+                gpus[namespace] = gpus.get(namespace, 0) + count
+    return {ns: Usage(n, n * card_mib, n * 100) for ns, n in gpus.items()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Node, Taint
@@ -145,6 +145,14 @@ class NodeConstraints:
     required: tuple[Term, ...] | None = None
     preferred: tuple[tuple[int, Term], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    digest: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A memo key on every admission: hashed once here, not field by field on each look-up.
+        object.__setattr__(self, "digest", hash((self.selector, self.required, self.preferred, self.tolerations)))
+
+    def __hash__(self) -> int:
+        return self.digest
 
     @property
     def by_labels(self) -> bool:

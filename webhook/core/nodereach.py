@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .nodeconstraints import AFFINITY, SELECTOR, TAINT, NodeConstraints
 from .nodeindex import Shape, Statics
@@ -29,6 +28,7 @@ class ShapeReach:
     rejected: dict[int, dict[str, int]]
     weights: Mapping[str, int]  # preferred node affinity: summed weights of the terms a node meets
     filtered: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    grouped: dict[int, tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]] = field(default_factory=dict)
 
     def within(self, names: tuple[str, ...], allowed: frozenset[str]) -> tuple[str, ...]:
         """`names` (a class's, sorted) restricted to `allowed`; memoised by the identity of the tuple,
@@ -42,6 +42,18 @@ class ShapeReach:
             self.filtered.clear()
         self.filtered[key] = (names, kept)
         return kept
+
+    def by_weight(self, names: tuple[str, ...]) -> list[tuple[int, tuple[str, ...]]]:
+        """A class's names split by preferred-affinity weight (each group sorted), memoised like `within`."""
+        key = id(names)
+        hit = self.grouped.get(key)
+        if hit is not None and hit[0] is names:
+            return hit[1]
+        groups = weight_groups(names, self.weights)
+        if len(self.grouped) >= _FILTERED:
+            self.grouped.clear()
+        self.grouped[key] = (names, groups)
+        return groups
 
 
 def reach_of(statics: Statics, constraints: NodeConstraints) -> ShapeReach | None:
@@ -109,9 +121,6 @@ def weight_groups(names: tuple[str, ...], weights: Mapping[str, int]) -> list[tu
     groups: dict[int, list[str]] = {}
     for name in names:
         groups.setdefault(weights.get(name, 0), []).append(name)
+    if len(groups) == 1:
+        return [(next(iter(groups)), names)]
     return [(w, tuple(g)) for w, g in groups.items()]
-
-
-def constraint_key(constraints: NodeConstraints) -> Any:
-    """What the eligible set depends on (preferences only rank)."""
-    return (constraints.selector, constraints.required, constraints.tolerations)

@@ -9,18 +9,17 @@ thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU
 
 from __future__ import annotations
 
-import random
-from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
 from .nodeconstraints import CORDON, NodeConstraints, constraints_of
 from .nodeindex import NodeIndex, Shape, taken
-from .nodereach import ShapeReach, constraint_key, count_rejections, reach_of, shape_names, weight_groups
-from .scoring import Candidate, option_of, score_all
+from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
+from .ranking import best_options, random_options
+from .scoring import Candidate, score_all
 from .topology import expected_loss
 from .vendors import VENDORS
 
@@ -82,6 +81,8 @@ class PlacementContext:
     seed: int = 0  # for the random policy
     allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
     tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
+    # The constraints of pods that state none of their own, per vendor (one value per context).
+    plain: dict[str, NodeConstraints] = field(default_factory=dict, compare=False, repr=False)
 
 
 def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
@@ -90,6 +91,17 @@ def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], .
     gpu_taint = {"key": GPU_TAINT_KEYS.get(request.vendor, "nvidia.com/gpu"), "operator": "Exists",
                  "effect": "NoSchedule"}
     return constraints_of(request.raw, (gpu_taint, *tolerations))
+
+
+def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
+    """constraints_for, shared by the many pods that state no constraint of their own."""
+    spec = request.raw.get("spec") if request.raw else None
+    if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
+        return constraints_for(request, ctx.tolerations)
+    found = ctx.plain.get(request.vendor)
+    if found is None:
+        found = ctx.plain[request.vendor] = constraints_for(request, ctx.tolerations)
+    return found
 
 
 def index_of(snapshot: Snapshot) -> NodeIndex:
@@ -247,7 +259,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     "model", "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid") or not now
     ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
     """
-    constraints = constraints_for(request, ctx.tolerations)
+    constraints = _constraints(request, ctx)
     demand = demand_of(request, ctx.allowed_models, constraints.tolerates(CORDON))
     reach = reach_of(index.statics, constraints)
     if demand.count <= 0:
@@ -257,7 +269,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     rejected: dict[str, int] = {}
     # Eligibility depends on nothing that changes between index versions: computed once per demand.
     memo = index.statics.eligible
-    key = (demand.key, demand.uuids_include, demand.uuids_exclude, constraint_key(constraints))
+    key = (demand.key, demand.uuids_include, demand.uuids_exclude, constraints)
     eligible = memo.get(key)
     collected: list[str] | None = [] if eligible is None else None
     cands = _candidates(index, demand, ctx, rejected, collected, reach)
@@ -285,17 +297,9 @@ def _ranked(cands: list[Candidate], topology_first: bool, request: PodRequest, d
     breaks ties between equal scores (the weights of the terms a node meets, summed as the scheduler's
     NodeAffinity score does)."""
     if ctx.policy == "random":
-        return tuple(_random_options(cands, topology_first, ctx))
+        return tuple(random_options(cands, topology_first, ctx))
     score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
-    if reach is None or not reach.weights:
-        return tuple(_best_options(cands, topology_first, ctx, None))
-    split: list[Candidate] = []
-    prefs: list[int] = []
-    for cand in cands:
-        for weight, names in weight_groups(cand.names, reach.weights):
-            split.append(cand if names is cand.names else replace(cand, names=names))
-            prefs.append(weight)
-    return tuple(_best_options(split, topology_first, ctx, prefs))
+    return tuple(best_options(cands, topology_first, ctx, reach if reach is not None and reach.weights else None))
 
 
 def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext,
@@ -307,7 +311,7 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     """
     rejected: dict[str, int] = {}
     memo = index.statics.eligible
-    key = ("host", demand.key, constraint_key(constraints))
+    key = ("host", demand.key, constraints)
     eligible = memo.get(key)
     collected: list[str] = []
     cands: list[Candidate] = []
@@ -357,62 +361,6 @@ def _host_verdict(node: Node, demand: Demand) -> str:
 
 _NO_GPU = Choice(gpus=(), memory=0, cores=0, topology=TopologyClass.SINGLE)
 _NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
-
-
-def _best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext,
-                  prefs: list[int] | None) -> list[Option]:
-    """The `limit` best nodes: by loss (multi-GPU), then score, then preferred-affinity weight (`prefs`,
-    parallel to `cands`), then node name across equal classes."""
-    limit = ctx.limit
-    ranked = []
-    for k, c in enumerate(cands):
-        ranked.append((c.loss if topology_first else 0.0, -c.score, -prefs[k] if prefs else 0, c.names[0], k))
-    ranked.sort()
-    options: list[Option] = []
-    i = 0
-    while i < len(ranked) and len(options) < limit:
-        j = i + 1
-        while j < len(ranked) and ranked[j][:3] == ranked[i][:3]:
-            j += 1
-        need = limit - len(options)
-        if j == i + 1:  # one class: its names are in order already
-            cand = cands[ranked[i][4]]
-            for name in cand.names[:need]:
-                options.append(option_of(cand, name, ctx))
-        else:  # equal classes: the first names of each, interleaved by name
-            names = []
-            for *_, k in ranked[i:j]:
-                for name in cands[k].names[:need]:
-                    names.append((name, k))
-            names.sort()
-            for name, k in names[:need]:
-                options.append(option_of(cands[k], name, ctx))
-        i = j
-    return options
-
-
-def _random_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext) -> list[Option]:
-    """Nodes drawn uniformly (seeded), the lowest-loss group first for multi-GPU pods."""
-    rng = random.Random(ctx.seed)
-    groups: dict[float, list[Candidate]] = {}
-    for cand in sorted(cands, key=lambda c: c.names[0]):
-        groups.setdefault(cand.loss if topology_first else 0.0, []).append(cand)
-    options: list[Option] = []
-    for loss in sorted(groups):
-        group = groups[loss]
-        bounds: list[int] = []
-        total = 0
-        for cand in group:
-            total += len(cand.names)
-            bounds.append(total)
-        for drawn in rng.sample(range(total), min(total, ctx.limit - len(options))):
-            k = bisect_right(bounds, drawn)
-            start = bounds[k - 1] if k else 0
-            option = option_of(group[k], group[k].names[drawn - start], ctx)
-            options.append(option._replace(score=float(ctx.limit - len(options))))
-        if len(options) >= ctx.limit:
-            break
-    return options
 
 
 def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:

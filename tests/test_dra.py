@@ -336,3 +336,19 @@ def test_a_second_dra_pod_sees_the_gpus_of_the_first_once_it_runs() -> None:
     ))
     decision = admit.mutate(jobset_pod(), snap, Policy())
     assert not decision.allowed and "requests.nvidia.com/gpu used 4, asked 2, limit 5" in decision.message
+
+
+def test_running_pods_are_counted_with_the_policys_device_classes() -> None:
+    from webhook.cluster.cache import ClusterCache
+    from webhook.cluster.translate import build_snapshot
+
+    objects = cluster_objects(running("vf-user", "nic"))
+    assert "team-a" not in build_snapshot(objects).namespace_usage  # sriov.example.com is no GPU by default
+    assert build_snapshot(objects, dra_classes=("sriov.example.com",)).namespace_usage["team-a"].gpus == 1
+    classes = [("gpu.nvidia.com",)]
+    cache = ClusterCache(clock=lambda: 0.0, dra_classes=lambda: classes[0])
+    for kind, plural in (("ResourceClaim", "resourceclaims"), ("Pod", "pods")):
+        cache.replace(plural, [o for o in objects if o["kind"] == kind])
+    assert "team-a" not in cache.snapshot().namespace_usage
+    classes[0] = ("sriov.example.com",)  # the policy was reloaded: the next snapshot counts with it
+    assert cache.snapshot().namespace_usage["team-a"].gpus == 1

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     try:
-        snapshot = build_snapshot(_cluster_objects(args))
+        snapshot = build_snapshot(_cluster_objects(args), dra_classes=policy.dra_device_classes)
     except ValueError as err:
         raise UserError(f"invalid cluster state: {err}") from None
     results = evaluate(workloads(read_all(args.paths, stdin=sys.stdin)), snapshot, policy, args.namespace)

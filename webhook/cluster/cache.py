@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card
+from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import toolkit_from_json
 from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.resources import is_gpu_pod
@@ -37,8 +38,11 @@ Inventory = tuple[Any, Any, Any, bool | None]  # GPUs, NVLink, PCIe, toolkit hon
 class ClusterCache:
     """Implements `watch.WatchSink`; read by `snapshot()`, `view()` and `counted()`."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 dra_classes: Callable[[], tuple[str, ...]] = lambda: DRA_DEVICE_CLASSES) -> None:
         self.clock = clock
+        self.dra_classes = dra_classes  # the policy's GPU device classes, read at each publish
+        self._held_classes: tuple[str, ...] = ()
         self.errors = 0  # objects that could not be translated (logged, skipped)
         self._lock = threading.RLock()
         self._gen = 0
@@ -120,6 +124,8 @@ class ClusterCache:
     def view(self) -> tuple[Snapshot, int]:
         """The current snapshot and the generation it reflects (for `counted`)."""
         with self._lock:
+            if self._dra_holders and self.dra_classes() != self._held_classes:
+                self._dirty.add("namespace_usage")  # the policy's GPU device classes changed
             if self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty:
                 self._publish()
             assert self._published is not None
@@ -432,10 +438,13 @@ class ClusterCache:
             if "namespace_usage" in dirty or previous is None
             else previous.namespace_usage
         )
-        if self._dra_holders and ("namespace_usage" in dirty or previous is None or self._dirty_nodes):
+        classes = self.dra_classes()
+        if self._dra_holders and ("namespace_usage" in dirty or previous is None or self._dirty_nodes
+                                  or classes != self._held_classes):
+            self._held_classes = classes
             ns_usage = {ns: entry[0] for ns, entry in self._ns_usage.items()}
             held = held_usage(self._dra_holders, self._claims["resourceclaims"], self._claims["resourceclaimtemplates"],
-                              largest_card(self._nodes))
+                              largest_card(self._nodes), classes)
             for namespace, use in held.items():
                 ns_usage[namespace] = ns_usage.get(namespace, Usage()) + use
         claims, templates = (

@@ -286,7 +286,7 @@ def build_source(
         store = ApiStore(client.CoreV1Api(api_client), namespace)
     else:
         store, keep = InProcessStore(), 0.0
-    cache = ClusterCache()
+    cache = ClusterCache(dra_classes=lambda: holder.get().dra_device_classes)
     source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, keep_seconds=keep)
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))

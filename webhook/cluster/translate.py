@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
+from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import inventory_from_json, toolkit_from_json
 from webhook.core.model import (
     Allocation,
@@ -331,7 +332,8 @@ def _placement_order(item: tuple[PodUsage | None, Mapping[str, Any]]) -> tuple[b
     return use is None or use.gpus is None, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
-def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str], None] | None = None) -> Snapshot:
+def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str], None] | None = None, *,
+                   dra_classes: tuple[str, ...] = DRA_DEVICE_CLASSES) -> Snapshot:
     """The core's Snapshot from Node, GPUInventory, Namespace, ResourceQuota and Pod objects.
 
     A malformed object raises ValueError ("Node n1: spec.taints[0]: ..."), or, when `on_error` is
@@ -400,7 +402,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     holders = {str(i): (str(_map(p.get("metadata")).get("namespace") or "default"), refs)
                for i, p in enumerate(by_kind["Pod"]) if (refs := claim_refs(p))}
     for namespace, held in held_usage(holders, claims["ResourceClaim"], claims["ResourceClaimTemplate"],
-                                      largest_card(nodes)).items():
+                                      largest_card(nodes), dra_classes).items():
         namespace_usage[namespace] = namespace_usage.get(namespace, Usage()) + held
     namespaces = {}
     for obj in by_kind["Namespace"]:

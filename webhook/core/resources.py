@@ -68,6 +68,9 @@ _SELECTOR_KEYS = frozenset(key for keys in SELECTORS.values() for key in keys)
 _TOPOLOGIES = frozenset(t.value for t in TopologyPreference)
 
 
+MAX_WARNINGS = 10
+
+
 class _Notes:
     """Violations and warnings collected while parsing one pod."""
 
@@ -84,7 +87,10 @@ class _Notes:
     def warn(self, message: str) -> None:
         if ("warn", message) not in self._seen:
             self._seen.add(("warn", message))
-            self.warnings.append(message)
+            if len(self.warnings) < MAX_WARNINGS:
+                self.warnings.append(message)
+            elif len(self.warnings) == MAX_WARNINGS:  # a response carries a few, not one per container
+                self.warnings.append("more warnings left out: the pod repeats the same problem in many containers")
 
 
 def _label(container: Mapping[str, Any], init: bool, index: int) -> str:

@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 from builders import A100, H100, L4, node, pod, snapshot
 
+from webhook.cluster.translate import build_snapshot
 from webhook.core import admit
 from webhook.core.model import GpuUsage, Node, NodeUsage, Taint
 from webhook.core.nodeconstraints import CORDON, Requirement, Term, Toleration, constraints_of
@@ -301,10 +302,10 @@ def test_memory_and_topology_verdicts_look_only_at_reachable_nodes() -> None:
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ({"nodeSelector": {PRODUCT: "Tesla-V100"}}, f"matches nodeSelector {PRODUCT}=Tesla-V100"),
+        ({"nodeSelector": {PRODUCT: "Tesla-V100"}}, f"1 not matching nodeSelector {PRODUCT}=Tesla-V100"),
         ({"affinity": required({"matchExpressions": [expr("zone", "In", "mars")]})},
-         "matches required node affinity (zone In [mars])"),
-        ({"affinity": required()}, "matches required node affinity (no terms)"),
+         "1 not matching required node affinity (zone In [mars])"),
+        ({"affinity": required()}, "1 not matching required node affinity (no terms)"),
     ],
 )
 def test_constraints_no_gpu_node_meets_are_a_422_naming_them(spec, fragment) -> None:
@@ -318,7 +319,7 @@ def test_taints_and_cordons_on_every_gpu_node_are_a_422() -> None:
     cordoned = dataclasses.replace(node("h2", H100, 8), unschedulable=True)
     d = admit.mutate(pod({"nvidia.com/gpu": 1}), snapshot(tainted, cordoned), Policy())
     assert (d.code, d.reason) == (422, "no-matching-node")
-    assert "1 by its tolerations" in d.message and "1 cordoned" in d.message
+    assert "1 with a NoSchedule/NoExecute taint it does not tolerate; 1 cordoned" in d.message
 
 
 def test_constraints_for_adds_the_vendor_and_policy_tolerations() -> None:
@@ -326,3 +327,36 @@ def test_constraints_for_adds_the_vendor_and_policy_tolerations() -> None:
     c = constraints_for(request, ({"key": "x", "operator": "Exists"},))
     assert Toleration("hygon.com/dcunum", "Exists", "", "NoSchedule") in c.tolerations
     assert Toleration("x", "Exists") in c.tolerations
+
+
+def test_labels_taints_and_cordons_of_node_objects_reach_the_decision() -> None:
+    def node_object(name: str, product: str, **spec: Any) -> dict[str, Any]:
+        labels = {PRODUCT: product, "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "15360", "zone": name}
+        return {"kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec,
+                "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}}}
+
+    objects = [
+        node_object("a", "Tesla-T4", taints=[{"key": "maintenance", "value": "x", "effect": "NoExecute"}]),
+        node_object("b", "Tesla-T4", unschedulable=True),
+        node_object("c", "Tesla-T4"),
+        node_object("d", "Tesla-T4"),
+        {"kind": "Namespace", "metadata": {"name": "team-a", "labels": {"gpu-admission.io/enabled": "true"}}},
+    ]
+    snap = build_snapshot(objects)
+    d = admit.mutate(pod({"nvidia.com/gpu": 1}, nodeSelector={"zone": "d"}), snap, Policy())
+    assert d.allowed and d.allocation is not None and d.allocation.node == "d"
+    in_a_or_b = required({"matchExpressions": [expr("zone", "In", "a", "b")]})
+    d = admit.mutate(pod({"nvidia.com/gpu": 1}, affinity=in_a_or_b), snap, Policy())
+    assert (d.code, d.reason) == (422, "no-matching-node")
+    assert "2 not matching required node affinity (zone In [a, b]); 1 with a" in d.message
+    assert "it does not tolerate; 1 cordoned" in d.message
+
+
+def test_cordoned_nodes_are_named_in_the_verdict() -> None:
+    snap = snapshot(dataclasses.replace(node("h1", H100, 8), unschedulable=True), node("l1", L4, 2, "none"))
+    d = admit.mutate(pod({"nvidia.com/gpu": 4}, nodeSelector={PRODUCT: H100[0]}), snap, Policy())
+    assert (d.code, d.reason) == (422, "no-matching-node") and "1 not matching nodeSelector" in d.message
+    d = admit.mutate(pod({"nvidia.com/gpu": 4}), snap, Policy())
+    assert (d.code, d.reason) == (422, "too-many-gpus")
+    expected = "no node matching the pod's constraints (cordoned nodes aside) has 4 GPUs; the largest has 2"
+    assert d.message.startswith(expected)

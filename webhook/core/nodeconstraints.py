@@ -196,7 +196,7 @@ class NodeConstraints:
             return f"required node affinity {shown or '(no terms)'}"
         if reason == TAINT:
             return "its tolerations"
-        return "a schedulable (uncordoned) node"
+        return "no cordon"
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -107,7 +107,9 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
             reachable.append(shape)
     if not reachable:
         return _unreachable(request, constraints, refused, sum(len(s.names) for s in shapes))
-    where = " and ".join(constraints.describe(r) for r in (SELECTOR, AFFINITY, TAINT, CORDONED) if refused.get(r))
+    where = " and ".join(constraints.describe(r) for r in (SELECTOR, AFFINITY, TAINT) if refused.get(r))
+    if refused.get(CORDONED):
+        where = f"{where}, cordoned nodes aside," if where else "the pod's constraints (cordoned nodes aside)"
     rule = policy.rule(request.namespace)
     models = sorted({s.template.gpu_model for s in reachable})
     eligible = [s for s in reachable if model_allowed(s.template.gpu_model, request, rule.allowed_models)]
@@ -173,17 +175,17 @@ def _admits(reach: ShapeReach, statics: Statics, name: str) -> bool:
 
 
 def _unreachable(request: PodRequest, constraints: NodeConstraints, refused: dict[str, int], total: int) -> Denial:
-    """No GPU node of the vendor is one the pod's own constraints allow."""
-    parts = [f"{refused[r]} by {constraints.describe(r)}" for r in (SELECTOR, AFFINITY, TAINT) if refused.get(r)]
+    """No GPU node of the vendor is one the pod's own constraints allow: say what excluded each."""
+    parts = [f"{refused[r]} not matching {constraints.describe(r)}" for r in (SELECTOR, AFFINITY) if refused.get(r)]
+    if refused.get(TAINT):
+        parts.append(f"{refused[TAINT]} with a NoSchedule/NoExecute taint it does not tolerate")
     if refused.get(CORDONED):
         parts.append(f"{refused[CORDONED]} cordoned (spec.unschedulable)")
-    first = next(r for r in (SELECTOR, AFFINITY, TAINT, CORDONED) if refused.get(r))
     return Denial(
         422,
         "no-matching-node",
-        f"asks for {request.vendor} GPUs, but no GPU node matches {constraints.describe(first)} "
-        f"(of {total} {request.vendor} GPU nodes, excluded: {'; '.join(parts)}): change the pod's "
-        "nodeSelector, node affinity or tolerations",
+        f"asks for {request.vendor} GPUs, but no GPU node meets the pod's own constraints (of {total} "
+        f"{request.vendor} GPU nodes: {'; '.join(parts)}): change its nodeSelector, node affinity or tolerations",
     )
 
 

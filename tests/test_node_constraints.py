@@ -360,3 +360,11 @@ def test_cordoned_nodes_are_named_in_the_verdict() -> None:
     assert (d.code, d.reason) == (422, "too-many-gpus")
     expected = "no node matching the pod's constraints (cordoned nodes aside) has 4 GPUs; the largest has 2"
     assert d.message.startswith(expected)
+
+
+def test_a_pod_waiting_for_a_full_cluster_records_the_card_it_can_reach() -> None:
+    full = {"t1": NodeUsage((GpuUsage(T4[1], 100, 1, True),) * 2)}
+    snap = snapshot(node("a1", H100, 8), node("t1", T4, 2, "none"), usage=full)
+    d = admit.mutate(pod({"nvidia.com/gpu": 1}, nodeSelector={PRODUCT: T4[0]}), snap, Policy())
+    assert d.allowed and d.allocation is not None
+    assert (d.allocation.node, d.allocation.model, d.allocation.memory_mib) == (None, T4[0], T4[1])

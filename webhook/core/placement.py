@@ -255,9 +255,10 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     A pod asking for no GPU takes CPU and memory only. One that names a GPU resource but asks for none of
     it (`nvidia.com/gpu: 0`, `is_gpu_pod`) gets no option: admission reports it as unsatisfiable.
 
-    Reasons counted in `rejected`: never possible on the node ("vendor", "unschedulable", "gpu-count",
-    "model", "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid") or not now
-    ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
+    Reasons counted in `rejected`: the pod's own constraints ("node-selector", "node-affinity", "taint",
+    "unschedulable": cordoned), never possible on the node ("vendor", "gpu-count", "model" (also the
+    namespace's allowedModels), "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid")
+    or not now ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
     """
     constraints = _constraints(request, ctx)
     demand = demand_of(request, ctx.allowed_models, constraints.tolerates(CORDON))

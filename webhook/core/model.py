@@ -303,10 +303,11 @@ class Option(NamedTuple):
 class Placement:
     """The answer of `placement.place()`.
 
-    `eligible`: nodes that could host the pod on an empty cluster (model, capacity, topology, taints
-    the pod cannot tolerate are not considered; that is the scheduler's job). `options`: nodes that can
-    host it now, best first, at most `limit` of them. `rejected` counts why other nodes fell out,
-    by reason ("model", "gpu-count", "memory", "uuid", "topology", "vendor", "cpu", "host-memory", ...).
+    `eligible`: nodes that could host the pod on an empty cluster (model, capacity, topology) and that
+    the pod's own constraints let it reach (nodeSelector, required node affinity, taints it does not
+    tolerate, cordons). `options`: nodes that can host it now, best first, at most `limit` of them.
+    `rejected` counts why other nodes fell out, by reason ("node-selector", "node-affinity", "taint",
+    "model", "gpu-count", "memory", "uuid", "topology", "vendor", "cpu", "host-memory", ...).
     """
 
     eligible: tuple[str, ...]

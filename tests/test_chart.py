@@ -511,7 +511,8 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]], helm: helm_t
     c = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    assert c["args"] == ["agent", "--node-name=$(NODE_NAME)", "--metrics-port=9402"]
+    assert c["args"] == ["agent", "--node-name=$(NODE_NAME)", "--metrics-port=9402",
+                         "--toolkit-config=/etc/nvidia-container-runtime/config.toml"]
     assert "resources" in c and "nvidia.com/gpu" not in c["resources"].get("limits", {})
     assert "runtimeClassName" not in spec
     with_runtime = helm.template({"agent": {"runtimeClassName": "nvidia"}})

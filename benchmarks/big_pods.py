@@ -106,11 +106,15 @@ def main() -> int:
             mutate, answer = cpu(lambda raw=raw: handler.handle("mutate", "application/json", raw, len(raw)), args.runs)
             response = answer.body["response"]
             final = mutated(raw, response)
-            validate, _ = cpu(lambda final=final: handler.handle("validate", "application/json", final, len(final)),
-                              args.runs)
             verdict = "allowed" if response["allowed"] else f"denied ({response['status']['reason']})"
-            print(f"{shape:<22}{n:>11}{len(raw) / 1024:>10.0f}{base * 1000:>15.1f}{mutate * 1000:>11.0f}"
-                  f"{mutate / base:>8.1f}{validate * 1000:>13.0f}{validate / base:>8.1f}  {verdict}")
+            row = (f"{shape:<22}{n:>11}{len(raw) / 1024:>10.0f}{base * 1000:>15.1f}{mutate * 1000:>11.0f}"
+                   f"{mutate / base:>8.1f}")
+            if len(final) > MAX_BODY:  # the API server refuses to store it; validation never sees it
+                validate = 0.0
+                print(f"{row}{'-':>13}{'-':>8}  {verdict}; patched pod {len(final) / 1024:.0f} KiB, over 3 MiB")
+            else:
+                validate, _ = cpu(lambda f=final: handler.handle("validate", "application/json", f, len(f)), args.runs)
+                print(f"{row}{validate * 1000:>13.0f}{validate / base:>8.1f}  {verdict}")
             per_size.append(max(mutate, validate))
             ok = ok and max(mutate, validate) < TARGET_CPU_S
         growth = per_size[1] / per_size[0]

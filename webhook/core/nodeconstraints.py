@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeGuard
 
 from .model import Node, Taint
 
@@ -116,8 +116,9 @@ def _requirement_text(r: Requirement) -> str:
     return f"{r.key} {r.operator} [{', '.join(r.values)}]"
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
+class Toleration(NamedTuple):
+    """A pod toleration (a named tuple: every admission parses the pod's, and a tuple is cheap to make)."""
+
     key: str = ""
     operator: str = ""  # "" is Equal
     value: str = ""
@@ -134,25 +135,45 @@ class Toleration:
         return self.operator == "Exists"
 
 
-@dataclass(frozen=True)
 class NodeConstraints:
-    """What the pod itself demands of a node. Hashable: placement memoises per value.
+    """What the pod itself demands of a node. Immutable by convention and hashable: placement memoises
+    per value. A plain class with slots, not a frozen dataclass: one is made per admission, and this
+    costs a third as much.
 
-    `required` is None when the pod has no required node affinity; an empty tuple matches no node.
+    `selector`: nodeSelector, sorted (a None value: not a string, matches nothing). `required` is None
+    when the pod has no required node affinity; an empty tuple matches no node. `preferred`: (weight,
+    term). `cordon_ok`: the pod tolerates node.kubernetes.io/unschedulable, so cordoned nodes may host it.
     """
 
-    selector: tuple[tuple[str, str | None], ...] = ()  # None: a value that is not a string (matches nothing)
-    required: tuple[Term, ...] | None = None
-    preferred: tuple[tuple[int, Term], ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-    digest: int = field(default=0, init=False, compare=False, repr=False)
+    __slots__ = ("selector", "required", "preferred", "tolerations", "digest", "cordon_ok")
 
-    def __post_init__(self) -> None:
-        # A memo key on every admission: hashed once here, not field by field on each look-up.
-        object.__setattr__(self, "digest", hash((self.selector, self.required, self.preferred, self.tolerations)))
+    def __init__(
+        self,
+        selector: tuple[tuple[str, str | None], ...] = (),
+        required: tuple[Term, ...] | None = None,
+        preferred: tuple[tuple[int, Term], ...] = (),
+        tolerations: tuple[Toleration, ...] = (),
+    ) -> None:
+        self.selector = selector
+        self.required = required
+        self.preferred = preferred
+        self.tolerations = tolerations
+        self.digest = hash((selector, required, preferred, tolerations))  # hashed once, not per look-up
+        self.cordon_ok = any(t.tolerates(CORDON) for t in tolerations)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return self.selector, self.required, self.preferred, self.tolerations
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeConstraints):
+            return NotImplemented
+        return self is other or (self.digest == other.digest and self._fields() == other._fields())
 
     def __hash__(self) -> int:
         return self.digest
+
+    def __repr__(self) -> str:
+        return "NodeConstraints(selector={!r}, required={!r}, preferred={!r}, tolerations={!r})".format(*self._fields())
 
     @property
     def by_labels(self) -> bool:
@@ -177,7 +198,7 @@ class NodeConstraints:
             return AFFINITY
         if self.untolerated(node) is not None:
             return TAINT
-        if node.unschedulable and not self.tolerates(CORDON):
+        if node.unschedulable and not self.cordon_ok:
             return CORDONED
         return ""
 
@@ -225,27 +246,44 @@ def _term(value: Any) -> Term | None:
     return Term(expressions, fields, "; ".join(errors))
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value or "")
+
+
 def _toleration(value: Any) -> Toleration:
-    item = value if isinstance(value, Mapping) else {}
-    return Toleration(*(str(item.get(k) or "") for k in ("key", "operator", "value", "effect")))
+    if type(value) is not dict and not isinstance(value, Mapping):
+        return Toleration()
+    get = value.get
+    key, operator, text, effect = get("key") or "", get("operator") or "", get("value") or "", get("effect") or ""
+    if str is type(key) is type(operator) is type(text) is type(effect):  # as the API server delivers them
+        return Toleration(key, operator, text, effect)
+    return Toleration(_text(key), _text(operator), _text(text), _text(effect))
 
 
-def constraints_of(pod: Mapping[str, Any], extra_tolerations: Iterable[Mapping[str, Any]] = ()) -> NodeConstraints:
+def tolerations_of(items: Iterable[Mapping[str, Any]]) -> tuple[Toleration, ...]:
+    return tuple(_toleration(t) for t in items)
+
+
+def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    return type(value) is dict or isinstance(value, Mapping)  # the ABC check only for what JSON did not make
+
+
+def constraints_of(pod: Mapping[str, Any], extra_tolerations: tuple[Toleration, ...] = ()) -> NodeConstraints:
     """The pod's constraints, with the tolerations the webhook adds (`extra_tolerations`). Never raises:
     a malformed entry matches as the scheduler would read it (or matches nothing)."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = pod.get("spec") if _is_map(pod) else None
+    spec = spec if _is_map(spec) else {}
     raw_selector = spec.get("nodeSelector")
     selector = tuple(
         sorted(((str(k), v if isinstance(v, str) else None) for k, v in raw_selector.items()), key=lambda kv: kv[0])
-    ) if isinstance(raw_selector, Mapping) else ()  # fmt: skip
+    ) if _is_map(raw_selector) else ()  # fmt: skip
     affinity = spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    node_affinity = affinity.get("nodeAffinity") if _is_map(affinity) else None
     required: tuple[Term, ...] | None = None
     preferred: list[tuple[int, Term]] = []
-    if isinstance(node_affinity, Mapping):
+    if _is_map(node_affinity):
         hard = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(hard, Mapping):
+        if _is_map(hard):
             terms = hard.get("nodeSelectorTerms")
             required = tuple(t for t in map(_term, terms if isinstance(terms, list) else ()) if t is not None)
         for item in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ():
@@ -255,7 +293,7 @@ def constraints_of(pod: Mapping[str, Any], extra_tolerations: Iterable[Mapping[s
                 preferred.append((weight, term))
     raw_tolerations = spec.get("tolerations")
     tolerations = [_toleration(t) for t in raw_tolerations] if isinstance(raw_tolerations, list) else []
-    tolerations.extend(_toleration(t) for t in extra_tolerations)
+    tolerations += extra_tolerations
     return NodeConstraints(selector, required, tuple(preferred), tuple(dict.fromkeys(tolerations)))
 
 

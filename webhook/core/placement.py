@@ -15,7 +15,7 @@ from typing import Any
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
-from .nodeconstraints import CORDON, NodeConstraints, constraints_of
+from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
 from .nodeindex import NodeIndex, Shape, taken
 from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
 from .ranking import best_options, random_options
@@ -82,26 +82,32 @@ class PlacementContext:
     allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
     tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
     # The constraints of pods that state none of their own, per vendor (one value per context).
-    plain: dict[str, NodeConstraints] = field(default_factory=dict, compare=False, repr=False)
+    plain: dict[str, tuple[tuple[Toleration, ...], NodeConstraints]] = field(default_factory=dict, compare=False,
+                                                                              repr=False)
 
 
 def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
     """The pod's node constraints with the tolerations the mutation will add to it: the vendor's device
     taint and the policy's `tolerations`."""
-    gpu_taint = {"key": GPU_TAINT_KEYS.get(request.vendor, "nvidia.com/gpu"), "operator": "Exists",
-                 "effect": "NoSchedule"}
-    return constraints_of(request.raw, (gpu_taint, *tolerations))
+    return constraints_of(request.raw, _added(request.vendor, tolerations))
+
+
+def _added(vendor: str, tolerations: tuple[Mapping[str, Any], ...]) -> tuple[Toleration, ...]:
+    gpu_taint = Toleration(GPU_TAINT_KEYS.get(vendor, "nvidia.com/gpu"), "Exists", "", "NoSchedule")
+    return (gpu_taint, *tolerations_of(tolerations))
 
 
 def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
-    """constraints_for, shared by the many pods that state no constraint of their own."""
-    spec = request.raw.get("spec") if request.raw else None
-    if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
-        return constraints_for(request, ctx.tolerations)
+    """constraints_for, with the added tolerations parsed once per context and vendor, and one value
+    shared by the pods that state no constraint of their own."""
     found = ctx.plain.get(request.vendor)
     if found is None:
-        found = ctx.plain[request.vendor] = constraints_for(request, ctx.tolerations)
-    return found
+        added = _added(request.vendor, ctx.tolerations)
+        found = ctx.plain[request.vendor] = (added, constraints_of({}, added))
+    spec = request.raw.get("spec") if request.raw else None
+    if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
+        return constraints_of(request.raw, found[0])
+    return found[1]
 
 
 def index_of(snapshot: Snapshot) -> NodeIndex:
@@ -261,7 +267,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     or not now ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
     """
     constraints = _constraints(request, ctx)
-    demand = demand_of(request, ctx.allowed_models, constraints.tolerates(CORDON))
+    demand = demand_of(request, ctx.allowed_models, constraints.cordon_ok)
     reach = reach_of(index.statics, constraints)
     if demand.count <= 0:
         if request.is_gpu_pod:

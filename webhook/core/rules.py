@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import Allocation, PodRequest, Snapshot, TopologyPreference
-from .nodeconstraints import AFFINITY, CORDON, CORDONED, SELECTOR, TAINT, NodeConstraints
+from .nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from .nodeindex import Shape, Statics
 from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
 from .placement import constraints_for, index_of
@@ -94,7 +94,7 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
         return Denial(422, "no-such-gpu", f"asks for {request.vendor} GPUs, but no node in the cluster has any")
     constraints = constraints_for(request, policy.tolerations)
     reach = reach_of(statics, constraints)
-    cordon_ok = constraints.tolerates(CORDON)
+    cordon_ok = constraints.cordon_ok
     refused: dict[str, int] = {}
     reachable: list[Shape] = []
     for shape in shapes:

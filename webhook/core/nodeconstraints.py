@@ -143,9 +143,10 @@ class NodeConstraints:
     `selector`: nodeSelector, sorted (a None value: not a string, matches nothing). `required` is None
     when the pod has no required node affinity; an empty tuple matches no node. `preferred`: (weight,
     term). `cordon_ok`: the pod tolerates node.kubernetes.io/unschedulable, so cordoned nodes may host it.
+    `by_labels`: labels or names restrict the nodes (else only taints and cordons can).
     """
 
-    __slots__ = ("selector", "required", "preferred", "tolerations", "digest", "cordon_ok")
+    __slots__ = ("selector", "required", "preferred", "tolerations", "digest", "cordon_ok", "by_labels")
 
     def __init__(
         self,
@@ -160,6 +161,7 @@ class NodeConstraints:
         self.tolerations = tolerations
         self.digest = hash((selector, required, preferred, tolerations))  # hashed once, not per look-up
         self.cordon_ok = any(t.tolerates(CORDON) for t in tolerations)
+        self.by_labels = bool(selector) or required is not None  # else only taints and cordons restrict
 
     def _fields(self) -> tuple[Any, ...]:
         return self.selector, self.required, self.preferred, self.tolerations
@@ -174,11 +176,6 @@ class NodeConstraints:
 
     def __repr__(self) -> str:
         return "NodeConstraints(selector={!r}, required={!r}, preferred={!r}, tolerations={!r})".format(*self._fields())
-
-    @property
-    def by_labels(self) -> bool:
-        """Whether labels or names restrict the nodes (else only taints and cordon can)."""
-        return bool(self.selector) or self.required is not None
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)

@@ -17,7 +17,7 @@ from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
 from .nodeindex import NodeIndex, Shape, taken
-from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
+from .nodereach import ShapeReach, count_rejections, reach_of
 from .ranking import best_options, random_options
 from .scoring import Candidate, score_all
 from .topology import expected_loss
@@ -160,7 +160,7 @@ def _candidates(
             rejected[reason] = rejected.get(reason, 0) + count
 
     for shape in index.statics.shapes:
-        reachable = shape_names(reach, shape)
+        reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
         if reachable is not None:
             count_rejections(reach, shape, rejected)
             if not reachable:
@@ -325,7 +325,7 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
     for shape in index.statics.shapes:
         node = shape.template
-        reachable = shape_names(reach, shape)
+        reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
         if reachable is not None:
             count_rejections(reach, shape, rejected)
             if not reachable:

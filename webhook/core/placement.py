@@ -159,9 +159,11 @@ def _candidates(
         if count:
             rejected[reason] = rejected.get(reason, 0) + count
 
+    filtered = reach.filtered if reach is not None else {}
     for shape in index.statics.shapes:
         reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
         if reachable is not None:
+            assert reach is not None
             count_rejections(reach, shape, rejected)
             if not reachable:
                 continue
@@ -195,8 +197,12 @@ def _candidates(
         for node_class in index.classes(shape, first):
             names = node_class.names
             if reachable is not None:
-                assert reach is not None
-                names = reach.within(names, reachable)
+                hit = filtered.get(id(names))  # reach.within's memo, looked up inline: the hot loop
+                if hit is not None and hit[0] is names:
+                    names = hit[1]
+                else:
+                    assert reach is not None
+                    names = reach.within(names, reachable)
             if special and any(n in special for n in names):
                 names = tuple(n for n in names if n not in special)
             if not names:

@@ -65,6 +65,11 @@ def memory_env(*mib: int) -> list[dict[str, str]]:
     return [{"name": f"CUDA_DEVICE_MEMORY_LIMIT_{i}", "value": f"{m}m"} for i, m in enumerate(mib)]
 
 
+def memory_only_env(*mib: int) -> list[dict[str, str]]:
+    """A memory slice with no compute cap: SM limit 0, which HAMi-core reads as none (as HAMi writes it)."""
+    return [*memory_env(*mib), {"name": "CUDA_DEVICE_SM_LIMIT", "value": "0"}]
+
+
 # --- HAMi -------------------------------------------------------------------------------------------
 
 
@@ -77,7 +82,7 @@ def test_hami_default_use_memory_and_cores() -> None:
 
 def test_hami_example_memory_only_has_no_compute_cap() -> None:
     _, patched, _ = chain(template("hami-examples-nvidia-example.yaml"))
-    assert limits_env(patched) == memory_env(3000)
+    assert limits_env(patched) == memory_only_env(3000)
     assert slice_of(patched) == (3000, 0)
 
 
@@ -106,7 +111,7 @@ def test_hami_vllm_requests_and_limits_both_lose_the_slice_fields() -> None:
 
 def test_hami_dynamic_mig_example_gets_memory_slices_and_a_mode_warning() -> None:
     m, patched, _ = chain(template("hami-examples-nvidia-dynamic_mig_example.yaml"))
-    assert limits_env(patched) == memory_env(8000, 8000)
+    assert limits_env(patched) == memory_only_env(8000, 8000)
     assert m.warnings == ("annotation nvidia.com/vgpu-mode='mig': limits are enforced with hami-core here",)
 
 
@@ -139,7 +144,7 @@ def test_volcano_deployment_keeps_its_resources_and_gets_no_nvidia_count() -> No
     given = p["spec"]["containers"][0]["resources"]
     m, patched, v = chain(p)
     assert patched["spec"]["containers"][0]["resources"] == given  # volcano.sh/vgpu-number and -memory
-    assert limits_env(patched) == memory_env(16384)
+    assert limits_env(patched) == memory_only_env(16384)
     assert slice_of(patched) == (16384, 0) and v.allocation == m.allocation
 
 
@@ -149,8 +154,14 @@ def test_volcano_three_containers_keep_their_resources() -> None:
     _, patched, _ = chain(p)
     assert [c.get("resources") for c in patched["spec"]["containers"]] == given
     assert limits_env(patched, 1) == []
-    # Both GPU containers get the pod's largest slice (3000 MiB): per-container slices are not recorded.
-    assert limits_env(patched, 0) == limits_env(patched, 2) == memory_env(3000, 3000)
+    # Each container its own slice, as Volcano gives it; placement reserved the larger on each GPU.
+    assert limits_env(patched, 0) == memory_only_env(2000, 2000)
+    assert limits_env(patched, 2) == memory_only_env(3000, 3000)
+    record = json.loads(patched["metadata"]["annotations"][ANNOTATION])
+    assert record["containers"] == [
+        {"name": "ubuntu-container", "init": False, "gpus": 2, "memoryMiB": 2000, "cores": 0},
+        {"name": "ubuntu-container1", "init": False, "gpus": 2, "memoryMiB": 3000, "cores": 0},
+    ]
 
 
 def test_volcano_resources_under_the_default_scheduler_get_volcanos_own_count() -> None:
@@ -166,23 +177,23 @@ def test_volcano_resources_under_the_default_scheduler_get_volcanos_own_count() 
 
 def test_kai_fraction_is_a_memory_share_without_a_compute_cap() -> None:
     _, patched, _ = chain(template("kai-scheduler-docs-gpu-sharing-gpu-sharing.yaml"))
-    assert limits_env(patched) == memory_env(CARD // 2)
+    assert limits_env(patched) == memory_only_env(CARD // 2)
     assert "resources" not in patched["spec"]["containers"][0]  # KAI pods ask by annotation only
 
 
 def test_kai_gpu_memory_is_a_memory_limit_only() -> None:
     _, patched, _ = chain(template("kai-scheduler-docs-gpu-sharing-gpu-memory.yaml"))
-    assert limits_env(patched) == memory_env(2000)
+    assert limits_env(patched) == memory_only_env(2000)
 
 
 def test_kai_fraction_goes_to_the_named_container() -> None:
     _, patched, _ = chain(template("kai-scheduler-docs-gpu-sharing-gpu-sharing-non-default-container.yaml"))
-    assert [limits_env(patched, i) for i in range(3)] == [[], memory_env(CARD // 2), []]
+    assert [limits_env(patched, i) for i in range(3)] == [[], memory_only_env(CARD // 2), []]
 
 
 def test_kai_fraction_goes_to_the_named_init_container() -> None:
     _, patched, _ = chain(template("kai-scheduler-docs-gpu-sharing-gpu-sharing-init-container.yaml"))
-    assert limits_env(patched, 0, init=True) == memory_env(CARD // 2)
+    assert limits_env(patched, 0, init=True) == memory_only_env(CARD // 2)
     assert limits_env(patched, 0) == []
 
 

@@ -8,18 +8,21 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 from builders import A100, node, pod, snapshot
 
+from webhook.cluster.translate import pod_usage_of
 from webhook.core import admit
 from webhook.core.model import GpuUsage, NodeUsage, QuotaLimits, Usage
 from webhook.core.policy import Policy, parse_policy
-from webhook.core.record import ANNOTATION
+from webhook.core.record import ANNOTATION, allocation_from_json, allocation_to_json
 
 T4 = ("Tesla-T4", 15360)
 A100_ONLY = snapshot(node("a1", A100, 8))
+DEFAULT = Policy()
 
 
-def chain(p: dict[str, Any], snap: Any = A100_ONLY, policy: Policy = Policy()) -> tuple[Any, dict[str, Any], Any]:
+def chain(p: dict[str, Any], snap: Any = A100_ONLY, policy: Policy = DEFAULT) -> tuple[Any, dict[str, Any], Any]:
     m = admit.mutate(p, snap, policy)
     assert m.allowed, m.message
     patched = jsonpatch.apply_patch(p, [dict(op) for op in m.patch])
@@ -33,6 +36,11 @@ def env(patched: dict[str, Any], index: int = 0) -> list[dict[str, str]]:
     return patched["spec"]["containers"][index].get("env", [])
 
 
+# No compute cap: HAMi's device plugin writes CUDA_DEVICE_SM_LIMIT=0 for such a slice; HAMi-core reads 0
+# as no limit, and the cluster accounting reads it as no compute held.
+NO_CAP = {"name": "CUDA_DEVICE_SM_LIMIT", "value": "0"}
+
+
 def record(patched: dict[str, Any]) -> dict[str, Any]:
     return json.loads(patched["metadata"]["annotations"][ANNOTATION])
 
@@ -42,7 +50,7 @@ def record(patched: dict[str, Any]) -> dict[str, Any]:
 
 def test_memory_only_gets_a_memory_limit_and_no_compute_cap() -> None:
     _, patched, _ = chain(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000}))
-    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "20000m"}]
+    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "20000m"}, NO_CAP]
     assert (record(patched)["memoryMiB"], record(patched)["cores"]) == (20000, 0)
     assert patched["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
@@ -52,13 +60,21 @@ def test_a_smaller_card_elsewhere_in_the_cluster_does_not_change_the_slice() -> 
     p = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000}, annotations={"nvidia.com/use-gputype": "A100"})
     _, alone, _ = chain(p)
     _, mixed, _ = chain(p, snapshot(node("a1", A100, 8), node("t1", T4, 4, "none")))
-    assert env(alone) == env(mixed) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "20000m"}]
+    assert env(alone) == env(mixed) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "20000m"}, NO_CAP]
     assert record(alone)["cores"] == record(mixed)["cores"] == 0
+
+
+def test_the_cluster_accounts_a_memory_only_pod_as_holding_no_compute() -> None:
+    # The watch cache reads what a running pod holds from its limit variables (cluster/held.py).
+    _, patched, _ = chain(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000}))
+    patched["spec"]["nodeName"] = "a1"
+    use = pod_usage_of(patched)
+    assert use is not None and (use.memory_mib, use.cores) == (20000, 0)
 
 
 def test_memory_percentage_below_100_is_memory_only() -> None:
     _, patched, _ = chain(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}))
-    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": f"{A100[1] // 4}m"}]
+    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": f"{A100[1] // 4}m"}, NO_CAP]
     assert record(patched)["cores"] == 0
 
 
@@ -123,7 +139,7 @@ def test_cores_only_gets_the_whole_memory_of_the_card_and_the_compute_cap() -> N
 
 def test_cores_zero_is_a_best_effort_share_with_no_compute_cap() -> None:
     m, patched, _ = chain(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000, "nvidia.com/gpucores": 0}))
-    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "2000m"}]
+    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "2000m"}, NO_CAP]
     assert m.allocation is not None and (m.allocation.memory_mib, m.allocation.cores) == (2000, 0)
 
 
@@ -139,11 +155,64 @@ def test_absolute_memory_wins_over_the_percentage_with_a_warning() -> None:
     m, patched, _ = chain(
         pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpumem-percentage": 50})
     )
-    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "3000m"}]
+    assert env(patched) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "3000m"}, NO_CAP]
     assert m.warnings == (
         "container 'main' sets nvidia.com/gpumem and nvidia.com/gpumem-percentage; nvidia.com/gpumem applies",
     )
     assert patched["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+# --- each container its own slice --------------------------------------------------------------------
+
+
+def two_containers(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    p = pod(first)
+    p["spec"]["containers"].append({"name": "second", "image": "cuda:12", "resources": {"limits": second}})
+    return p
+
+
+def test_each_container_gets_its_own_slice_and_quota_counts_each() -> None:
+    m, patched, v = chain(two_containers(
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30},
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10000, "nvidia.com/gpucores": 50},
+    ))
+    assert env(patched, 0) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "3000m"},
+                               {"name": "CUDA_DEVICE_SM_LIMIT", "value": "30"}]
+    assert env(patched, 1) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "10000m"},
+                               {"name": "CUDA_DEVICE_SM_LIMIT", "value": "50"}]
+    assert record(patched)["containers"] == [
+        {"name": "main", "init": False, "gpus": 1, "memoryMiB": 3000, "cores": 30},
+        {"name": "second", "init": False, "gpus": 1, "memoryMiB": 10000, "cores": 50},
+    ]
+    assert m.allocation is not None and m.allocation.usage() == Usage(2, 13000, 80)
+    assert v.allocation == m.allocation
+
+
+def test_per_container_slices_survive_the_record_both_ways() -> None:
+    m, _, _ = chain(two_containers({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000},
+                                   {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 40}))
+    assert m.allocation is not None
+    assert m.allocation.containers == (("main", False, 1, 3000, 0), ("second", False, 2, A100[1], 40))
+    assert allocation_from_json(allocation_to_json(m.allocation)) == m.allocation
+    wrong = [{"name": "main", "gpus": 1, "memoryMiB": 1, "cores": 101}]
+    bad = {**allocation_to_json(m.allocation), "containers": wrong}
+    with pytest.raises(ValueError, match=r"containers\[0\]\.cores: expected 0\.\.100, got 101"):
+        allocation_from_json(bad)
+
+
+def test_a_container_lifting_its_own_slice_to_another_containers_is_refused() -> None:
+    _, patched, _ = chain(two_containers({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000},
+                                         {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10000}))
+    patched["spec"]["containers"][0]["env"][0]["value"] = "10000m"
+    v = admit.validate(patched, A100_ONLY, Policy())
+    assert (v.allowed, v.reason) == (False, "isolation-env")
+
+
+def test_per_container_quota_admits_what_the_largest_slice_times_gpus_would_not() -> None:
+    quota = {"team-a": (QuotaLimits("q", memory_mib=14000),)}
+    snap = snapshot(node("a1", A100, 8), quotas=quota)
+    chain(two_containers({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000},
+                         {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10000}), snap)
 
 
 # --- hami.io/gpu-scheduler-policy -----------------------------------------------------------------
@@ -183,7 +252,9 @@ def test_device_mode_matching_the_backend_is_silent_and_another_mode_warns() -> 
                           A100_ONLY, Policy())
     assert silent.allowed and silent.warnings == ()
     mig = admit.mutate(pod({"nvidia.com/gpu": 1}, annotations={"volcano.sh/vgpu-mode": "mig"}), A100_ONLY, Policy())
-    assert mig.allowed and mig.warnings == ("annotation volcano.sh/vgpu-mode='mig': limits are enforced with hami-core here",)
+    assert mig.allowed and mig.warnings == (
+        "annotation volcano.sh/vgpu-mode='mig': limits are enforced with hami-core here",
+    )
 
 
 def test_numa_bind_on_several_gpus_warns_that_it_is_a_preference() -> None:
@@ -219,7 +290,16 @@ def test_kept_resources_changed_after_mutation_are_refused() -> None:
     patched["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = 30000
     v = admit.validate(patched, A100_ONLY, Policy())
     assert (v.allowed, v.reason) == (False, "annotation-mismatch")
-    assert v.message.startswith("pod carries 30000 MiB of GPU memory, not the recorded 3000 next to its")
+    assert v.message.startswith("pod carries 30000 MiB of GPU memory in 'main', not the recorded 3000 next to its")
+
+
+def test_volcano_containers_mixing_memory_forms_keep_their_own_figures() -> None:
+    p = two_containers({"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 2000},
+                       {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory-percentage": 50})
+    p["spec"]["schedulerName"] = "volcano"
+    _, patched, _ = chain(p)
+    assert env(patched, 0) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "2000m"}, NO_CAP]
+    assert env(patched, 1) == [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": f"{A100[1] // 2}m"}, NO_CAP]
 
 
 def test_kai_scheduler_pod_has_hami_fields_moved_out() -> None:

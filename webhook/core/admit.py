@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra, node_routes, trust
+from . import dra, node_routes, slices, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -80,7 +80,7 @@ def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> 
     for c in request.containers:
         container = patches.container_of(request.raw, c)
         count = c.gpu.count if c.gpu else 0
-        wanted = dict(limit_env(backend, count, allocation.memory_mib, allocation.cores))
+        wanted = dict(limit_env(backend, count, *allocation.slice_of(c.name)))
         for env in list_of(container.get("env")):
             if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
                 continue
@@ -100,44 +100,27 @@ def _kept_mismatch(request: PodRequest, recorded: Allocation) -> str | None:
         for name in c.moved_resources:
             if not kept_for_scheduler(kept, name):
                 return f"GPU memory/compute resource {name}"
-    if request.memory_mib is not None and request.memory_mib != recorded.memory_mib:
-        return f"{request.memory_mib} MiB of GPU memory, not the recorded {recorded.memory_mib}"
-    if request.cores is not None and request.cores != recorded.cores:
-        return f"{request.cores}% of GPU compute, not the recorded {recorded.cores}%"
+    for c in request.containers:
+        if c.gpu is None or not c.moved_resources:
+            continue
+        memory, cores = recorded.slice_of(c.name)
+        if c.gpu.memory_mib is not None and c.gpu.memory_mib != memory:
+            return f"{c.gpu.memory_mib} MiB of GPU memory in {c.name!r}, not the recorded {memory}"
+        if c.gpu.cores is not None and c.gpu.cores != cores:
+            return f"{c.gpu.cores}% of GPU compute in {c.name!r}, not the recorded {cores}%"
     return None
 
 
 def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
-    """Fill the per-GPU memory and compute a request left out, as HAMi does (GenerateResourceRequests,
-    defaultExclusiveCoreIfNeeded), unless the policy's defaults say otherwise. Depends on the request
-    and the policy only: what else the cluster holds never changes a pod's slice.
-
-    No memory given: the whole card's memory (policy.memory_percent when only cores are given).
-    No cores given: the whole card, exclusive, when the memory is the whole card; else no compute cap
-    (0, best effort), or policy.cores_percent. With slice_defaults "proportional", the missing figure is
-    the same share of the card as the given one: cores left None are resolved per chosen card by
-    placement (fitting.per_gpu), never against another node's card."""
-    cores, memory_pct = request.cores, request.memory_pct
-    proportional = policy.slice_defaults == "proportional"
-    if request.memory_mib is None and memory_pct is None:
-        if cores is not None and policy.memory_percent:
-            memory_pct = policy.memory_percent
-        else:
-            memory_pct = cores if proportional and cores is not None and cores > 0 else 100
-    if cores is None:
-        whole = request.memory_mib is None and memory_pct is not None and memory_pct >= 100
-        if whole:
-            cores = 100
-        elif policy.cores_percent is not None:
-            cores = policy.cores_percent
-        elif proportional:
-            cores = memory_pct  # a percentage: that share; MiB: None, resolved on the chosen card
-        else:
-            cores = 0
+    """Fill the per-GPU memory and compute the pod left out, as HAMi does unless the policy's defaults
+    say otherwise (slices.fill). Depends on the request and the policy only: what else the cluster
+    holds never changes a pod's slice."""
+    memory_mib, memory_pct, cores = slices.pod_slice(request, policy)
     gpu_placement = resolve_gpu_policy(request.gpu_placement, policy.gpu_placement)
-    if (cores, memory_pct, gpu_placement) == (request.cores, request.memory_pct, request.gpu_placement):
+    if (memory_mib, memory_pct, cores, gpu_placement) == (
+            request.memory_mib, request.memory_pct, request.cores, request.gpu_placement):
         return request
-    return request.evolve(cores=cores, memory_pct=memory_pct, gpu_placement=gpu_placement)
+    return request.evolve(memory_mib=memory_mib, memory_pct=memory_pct, cores=cores, gpu_placement=gpu_placement)
 
 
 T = TypeVar("T")
@@ -188,6 +171,15 @@ def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
         allowed_models=policy.rule(request.namespace).allowed_models,  # restricts placement, not only names
         tolerations=policy.tolerations,
     )
+
+
+def _card(allocation: Allocation, fallback: Node | None, snapshot: Snapshot) -> int:
+    """MiB of the card the allocation takes (of the node it may wait for when none is free now)."""
+    node = snapshot.nodes.get(allocation.node) if allocation.node else fallback
+    if node is None or not node.gpus:
+        return 0
+    first = allocation.gpus[0] if allocation.gpus and allocation.gpus[0] < len(node.gpus) else 0
+    return node.gpus[first].memory_mib
 
 
 def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy,
@@ -316,6 +308,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         assert placement is not None
         fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
         allocation = _allocation(request, placement.best, fallback, policy, snapshot)
+        allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
         if placement.best is None:
             if policy.when_full == "deny":
                 return _deny(403, "cluster-full",
@@ -373,7 +366,7 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
             continue
         env = list_of(patches.container_of(request.raw, c).get("env"))
         have = {e.get("name"): e.get("value") for e in env if is_mapping(e)}
-        for name, value in limit_env(backend, c.gpu.count, allocation.memory_mib, allocation.cores):
+        for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
             if have.get(name) != value:
                 return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "
                         "removed it; resubmit the pod")

@@ -74,7 +74,8 @@ def per_gpu(demand: Demand, card: int) -> tuple[int, int]:
     if demand.exclusive:
         return card, 100
     if demand.memory_mib is not None:
-        memory = demand.memory_mib
+        # Both only for a pod of several containers (one gave MiB, another a percentage): the larger.
+        memory = max(demand.memory_mib, card * demand.memory_pct // 100 if demand.memory_pct else 0)
     elif demand.memory_pct is not None:
         memory = card * demand.memory_pct // 100
     elif demand.cores is not None:

@@ -20,10 +20,9 @@ def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tup
     Memoised: every admission asks, and a cluster has few distinct slices."""
     if backend == "none" or gpus <= 0:
         return ()
-    capped = 0 < cores < 100  # 0: best effort (HAMi's gpucores: 0, a memory-only slice), no compute cap
     if backend == "hami-core":
         env = [(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", f"{memory_mib}m") for i in range(gpus)]
-        if capped:
+        if cores < 100:  # 0 too, as HAMi's device plugin writes it: HAMi-core reads 0 as no compute cap
             env.append(("CUDA_DEVICE_SM_LIMIT", str(cores)))
         return tuple(env)
     if backend == "mps":

@@ -335,10 +335,28 @@ class Allocation:
     policy: str
     uuids: tuple[str, ...] = ()
     version: int = 1
+    # Every GPU container's own slice, (name, init, GPUs, memory per GPU, cores per GPU), when some
+    # container's differs from the pod's (memory_mib, cores); empty when all have it (the usual pod).
+    containers: tuple[tuple[str, bool, int, int, int], ...] = ()
+
+    def slice_of(self, container: str) -> tuple[int, int]:
+        """(memory MiB, cores %) per GPU of one container."""
+        for name, _, _, memory, cores in self.containers:
+            if name == container:
+                return memory, cores
+        return self.memory_mib, self.cores
 
     def usage(self) -> Usage:
-        """What this allocation counts against the namespace's quotas."""
-        return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+        """What this allocation counts against the namespace's quotas: count x slice, per container when
+        the containers' slices differ (init containers as Kubernetes counts them: the largest one, or
+        the app containers together, whichever is more)."""
+        if not self.containers:
+            return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+        app = [(n * m, n * c) for _, init, n, m, c in self.containers if not init]
+        init = [(n * m, n * c) for _, init, n, m, c in self.containers if init]
+        memory = max([sum(m for m, _ in app), *(m for m, _ in init)])
+        cores = max([sum(c for _, c in app), *(c for _, c in init)])
+        return Usage(self.gpu_count, memory, cores)
 
 
 @dataclass(frozen=True)

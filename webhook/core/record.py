@@ -26,7 +26,7 @@ _CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "version": allocation.version,
         "node": allocation.node,
         "gpus": list(allocation.gpus),
@@ -40,6 +40,26 @@ def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
         "loss": allocation.loss,
         "policy": allocation.policy,
     }
+    if allocation.containers:  # only when the containers' slices differ: the usual record is unchanged
+        record["containers"] = [{"name": n, "init": i, "gpus": g, "memoryMiB": m, "cores": c}
+                                for n, i, g, m, c in allocation.containers]
+    return record
+
+
+def _containers(data: Mapping[str, Any]) -> tuple[tuple[str, bool, int, int, int], ...]:
+    raw = data.get("containers", [])
+    if not isinstance(raw, list):
+        raise ValueError(f"containers: expected a list, got {raw!r}")
+    out = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("init", False), bool):
+            raise ValueError(f"containers[{i}]: expected an object with name, init, gpus, memoryMiB, cores")
+        cores = _int(entry, "cores", 0)
+        if cores > 100:
+            raise ValueError(f"containers[{i}].cores: expected 0..100, got {cores}")
+        out.append((_str(entry, "name"), entry.get("init", False), _int(entry, "gpus", 0),
+                    _int(entry, "memoryMiB", 0), cores))
+    return tuple(out)
 
 
 def _int(data: Mapping[str, Any], key: str, minimum: int = 0) -> int:
@@ -99,6 +119,7 @@ def allocation_from_json(data: Any) -> Allocation:
         policy=_str(data, "policy"),
         uuids=tuple(uuids),
         version=version,
+        containers=_containers(data) if "containers" in data else (),
     )
 
 

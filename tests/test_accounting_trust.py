@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 from server_support import cluster_objects
 
 from webhook.cluster.cache import ClusterCache
@@ -16,7 +17,7 @@ from webhook.cluster.held import Held, held_of, limit_mib
 from webhook.cluster.translate import build_snapshot, pod_usage_of
 from webhook.core import admit
 from webhook.core.model import GpuUsage, Usage
-from webhook.core.policy import Policy
+from webhook.core.policy import Policy, parse_policy
 from webhook.core.record import ANNOTATION
 from webhook.core.resources import parse_pod
 
@@ -130,3 +131,31 @@ def test_limit_variables_read_as_the_limit_layers_read_them() -> None:
                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4000M,1=4000M"}) == Held(4000, 30)
     assert limits_of({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4000M"}) == Held(None, 100)
+    # Best effort (gpucores 0): hami-core writes CUDA_DEVICE_SM_LIMIT=0, MPS leaves the percentage out.
+    assert limits_of({"CUDA_DEVICE_MEMORY_LIMIT_0": "1000m", "CUDA_DEVICE_MEMORY_LIMIT_1": "1000m",
+                      "CUDA_DEVICE_SM_LIMIT": "0"}) == Held(1000, 0)
+    assert limits_of({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4000M,1=4000M"}) == Held(4000, 0)
+
+
+@pytest.mark.parametrize("backend", ["hami-core", "mps"])
+@pytest.mark.parametrize("limits", [
+    {"nvidia.com/gpu": "2"},
+    {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "40"},
+    {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50"},
+    {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "0"},
+    {"nvidia.com/gpumem": "30000"},
+])
+def test_a_running_pod_counts_what_its_admission_charged(backend: str, limits: dict[str, str]) -> None:
+    policy = parse_policy({"defaults": {"backend": backend}})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
+    snap = build_snapshot(cluster_objects())
+    decision = admit.mutate(pod, snap, policy)
+    assert decision.allowed and decision.allocation is not None, decision.message
+    final = jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])
+    final["spec"]["nodeName"] = decision.allocation.node
+    final["status"] = {"phase": "Running"}
+    use = pod_usage_of(final)
+    assert use is not None
+    charged = Usage(use.count, use.memory_on(H100_MIB) * use.count, use.cores * use.count)
+    assert charged == decision.allocation.usage()

@@ -65,7 +65,7 @@ def _container(env: dict[str, str], count: int) -> Held | None:
             pinned[index.strip()] = limit_mib(amount)
         per_gpu = [pinned.get(str(i)) for i in range(count)]
         memory = None if None in per_gpu or not per_gpu else max(m for m in per_gpu if m is not None)
-        return Held(memory, _percent(env.get(MPS_CORES), 100))
+        return Held(memory, _percent(env.get(MPS_CORES), 0))  # left out only for best effort (limits.py)
     names = [f"{HAMI_MEMORY}_{i}" for i in range(count)]
     if not any(n in env for n in names) and HAMI_MEMORY not in env and HAMI_CORES not in env:
         return None

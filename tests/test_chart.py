@@ -223,8 +223,8 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["timeoutSeconds"] == 5
         assert hook["admissionReviewVersions"] == ["v1"]
     # Enforcement fails closed; a skipped mutation is caught (and explained) by the validating webhook.
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Fail", "Fail"]
-    assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Fail", "Fail", "Fail"]
+    assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded", "IfNeeded"]
     assert mutating[0]["rules"] == [
         {
             "apiGroups": [""],
@@ -258,7 +258,16 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
     ]
     # Claims live in tenant namespaces: the pod webhooks' namespace selection applies to them too.
     assert claims["namespaceSelector"] == validating[0]["namespaceSelector"]
-    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 3
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 4
+    # `kubectl debug`: ephemeral containers are mutated (NVIDIA_VISIBLE_DEVICES=void) and validated like
+    # any container, in the namespaces the pod webhooks select, every request (no matchConditions).
+    ephemeral_rule = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                       "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}]
+    for hook, path in ((mutating[1], "/mutate"), (validating[3], "/validate")):
+        assert hook["rules"] == ephemeral_rule
+        assert hook["clientConfig"]["service"]["path"] == path
+        assert hook["namespaceSelector"] == validating[0]["namespaceSelector"]
+        assert "matchConditions" not in hook
 
 
 def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> None:
@@ -272,7 +281,7 @@ def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> 
     )
     mutating = one(docs, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Fail", "Ignore", "Fail"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Ignore", "Fail", "Fail"]
     assert {w["timeoutSeconds"] for w in mutating + validating} == {3}
 
 
@@ -327,6 +336,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["get", "list", "watch"],
         },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
     ]
     assert rules_of(docs, "ClusterRole", f"{FULLNAME}-agent") == [
         {

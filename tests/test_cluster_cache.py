@@ -25,6 +25,7 @@ ITEM_KIND = {
     "gpuinventories": "GPUInventory",
     "resourceclaims": "ResourceClaim",
     "resourceclaimtemplates": "ResourceClaimTemplate",
+    "configmaps": "ConfigMap",
 }
 A100, L4 = "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"
 FREE = GpuUsage()
@@ -147,6 +148,11 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
     counts = {k: c.requests[0][1][0].count for k, c in snap.claims.items()}
     assert counts == {"team-a/one-gpu": 1, "team-b/four-gpus": 4}
     assert set(snap.claim_templates) == {"team-a/gpu-claim-template"}
+    # ConfigMaps keep only the keys envFrom could turn into isolation variables; no value is kept.
+    assert snap.config_maps == {
+        "team-a": {"app-settings": frozenset(), "gpu-escape": frozenset({"NVIDIA_VISIBLE_DEVICES"})},
+        "team-b": {"kube-root-ca.crt": frozenset()},
+    }
     assert snap == build_snapshot(mirror.all())
 
     # Stage 1: one stream per kind: heartbeat, bookmark, a new node, an inventory, binding, completion.
@@ -160,6 +166,9 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
     assert snap.nodes["gpu-c"].gpu_model == L4 and snap.nodes["gpu-c"].inventory_source == "labels"
     assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus", "team-b/four-gpus"}
     assert snap.claims["team-a/one-gpu"].reserved_for == ("pods/trainer",)  # who holds it: kept
+    # A key that a prefix (CUDA_) makes CUDA_MPS_PIPE_DIRECTORY is kept; LOG_LEVEL is not.
+    assert snap.config_maps["team-a"]["app-settings"] == frozenset({"MPS_PIPE_DIRECTORY"})
+    assert snap.config_maps["team-b"]["limits"] == frozenset({"GPU_CORE_UTILIZATION_POLICY"})
     assert snap.usage == {
         "gpu-a": NodeUsage((whole(81920),) * 4, 16000, 131072, 2),
         "gpu-b": NodeUsage((FREE, FREE), 0, 0, 0),
@@ -197,6 +206,10 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "team-c": Usage(1, 4096, 25),
     }
     assert "team-c" not in snap.quotas and snap.namespaces["team-b"].managed is False
+    assert snap.config_maps == {
+        "team-a": {"app-settings": frozenset({"MPS_PIPE_DIRECTORY"})},
+        "team-b": {"kube-root-ca.crt": frozenset(), "limits": frozenset()},
+    }
     assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus"}
     assert set(snap.claim_templates) == {"team-a/gpu-claim-template", "team-c/eight"}
     assert snap == build_snapshot(mirror.all())
@@ -210,6 +223,7 @@ def test_lists_then_streams_give_exact_snapshots(feed: tuple[ClusterCache, Recor
         "pods": ["1000", "1020", "1040"],
         "resourceclaims": ["1000", "1020"],
         "resourceclaimtemplates": ["1000", "1020"],
+        "configmaps": ["1000", "1021"],
     }
     assert reflectors["pods"].lists == 2 and reflectors["nodes"].lists == 1
     assert reflectors["pods"].resource_version == "1050"

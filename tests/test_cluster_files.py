@@ -86,7 +86,7 @@ def test_kubectl_list_output(tmp_path: Path) -> None:
 def test_directories_and_json(tmp_path: Path) -> None:
     (tmp_path / "nodes").mkdir()
     (tmp_path / "nodes" / "n.json").write_text(json.dumps({"kind": "Node", "metadata": {"name": "n"}}))
-    (tmp_path / "ns.yaml").write_text("kind: Namespace\nmetadata: {name: a}\n---\nkind: ConfigMap\n")
+    (tmp_path / "ns.yaml").write_text("kind: Namespace\nmetadata: {name: a}\n---\nkind: Service\n")
     assert [o["kind"] for o in load_cluster([str(tmp_path)])] == ["Node", "Namespace"]
 
 

@@ -30,6 +30,7 @@ PATHS = {
     "/api/v1/pods": "pods",
     "/api/v1/namespaces": "namespaces",
     "/api/v1/resourcequotas": "resourcequotas",
+    "/api/v1/configmaps": "configmaps",
     "/apis/gpu-admission.io/v1alpha1/gpuinventories": "gpuinventories",
     "/apis/resource.k8s.io/v1/resourceclaims": "resourceclaims",
     "/apis/resource.k8s.io/v1/resourceclaimtemplates": "resourceclaimtemplates",
@@ -144,6 +145,7 @@ def test_reflector_over_http_fills_the_cache(kubeconfig: str) -> None:
     assert snap.namespace_usage["team-a"].gpus == 4
     assert set(snap.claims) == {"team-a/one-gpu", "team-a/two-gpus", "team-b/four-gpus"}
     assert set(snap.claim_templates) == {"team-a/gpu-claim-template"}
+    assert snap.config_maps["team-a"]["gpu-escape"] == frozenset({"NVIDIA_VISIBLE_DEVICES"})
 
 
 def test_snapshot_command_writes_what_check_reads(kubeconfig: str, tmp_path: Path) -> None:
@@ -164,16 +166,20 @@ def test_snapshot_command_writes_what_check_reads(kubeconfig: str, tmp_path: Pat
             ("GPUInventory", "gpuinventories"),
             ("ResourceClaim", "resourceclaims"),
             ("ResourceClaimTemplate", "resourceclaimtemplates"),
+            ("ConfigMap", "configmaps"),
         ]
         for item in json.loads((DATA / f"{plural}.list1.json").read_text())["items"]
     ]
     assert build_snapshot(load_cluster([str(out)])) == build_snapshot(listed)
+    # ConfigMaps leave the cluster with only the keys the webhook reads, values blanked.
+    maps = {o["metadata"]["name"]: o for o in document["items"] if o["kind"] == "ConfigMap"}
+    assert maps["gpu-escape"]["data"] == {"NVIDIA_VISIBLE_DEVICES": ""} and maps["app-settings"]["data"] == {}
 
 
 def test_a_cluster_without_the_inventory_crd_has_no_inventories(kubeconfig: str) -> None:
     Stub.without = {"gpuinventories"}
     objects = snapshot_command.live_objects(kubeconfig)
-    assert "GPUInventory" not in {o["kind"] for o in objects} and len(objects) == 16
+    assert "GPUInventory" not in {o["kind"] for o in objects} and len(objects) == 19  # 3 ConfigMaps
 
 
 def test_a_refusing_api_server_is_one_line(kubeconfig: str) -> None:
@@ -220,7 +226,7 @@ def test_a_missing_inventory_crd_lists_empty_and_is_looked_for_again(kubeconfig:
     reflector = Reflector("gpuinventories", lister.list_pages, lister.stream, cache)
     reflector.list_once()
     assert cache.unsynced() == ["nodes", "namespaces", "resourcequotas", "pods", "resourceclaims",
-                                "resourceclaimtemplates"]
+                                "resourceclaimtemplates", "configmaps"]
 
 
 def test_a_cluster_before_kubernetes_1_34_has_no_dra_claims_and_still_syncs(kubeconfig: str) -> None:

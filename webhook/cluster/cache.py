@@ -23,11 +23,21 @@ from webhook.core.resources import is_gpu_pod
 from webhook.core.vendors import ALLOCATION
 
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
-from .translate import claim_of, host_usage_of, inventory_of, namespace_of, node_of, pod_usage_of, quotas_of
+from .translate import (
+    claim_of,
+    config_map_of,
+    host_usage_of,
+    inventory_of,
+    namespace_of,
+    node_of,
+    pod_usage_of,
+    quotas_of,
+)
 
 log = logging.getLogger(__name__)
 
-KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "resourceclaims", "resourceclaimtemplates")
+KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "resourceclaims", "resourceclaimtemplates",
+         "configmaps")
 CLAIM_KINDS = ("resourceclaims", "resourceclaimtemplates")
 CLAIM_ITEM_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate"}
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
@@ -64,6 +74,10 @@ class ClusterCache:
         self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
         # Pods holding DRA claims: pod key -> (namespace, claim refs); their GPUs count with the claims'.
         self._dra_holders: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+        # ConfigMaps read by envFrom: namespace -> name -> the keys that matter (usually none: a shared
+        # empty set), and the namespaces changed since the last snapshot (copied on publish, the rest shared).
+        self._config_maps: dict[str, dict[str, frozenset[str]]] = {}
+        self._dirty_config_maps: set[str] = set()
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
         self._gpu_pods = 0
@@ -126,7 +140,8 @@ class ClusterCache:
         with self._lock:
             if self._dra_holders and self.dra_classes() != self._held_classes:
                 self._dirty.add("namespace_usage")  # the policy's GPU device classes changed
-            if self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty:
+            if (self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty
+                    or self._dirty_config_maps):
                 self._publish()
             assert self._published is not None
             return self._published, self._gen
@@ -173,7 +188,7 @@ class ClusterCache:
     def _key(self, kind: str, obj: Mapping[str, Any]) -> str:
         if kind == "pods":
             return pod_key(obj)
-        if kind == "resourcequotas" or kind in CLAIM_KINDS:
+        if kind == "resourcequotas" or kind in CLAIM_KINDS or kind == "configmaps":
             return f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name', '')}"
         return str(meta_of(obj).get("name", ""))
 
@@ -188,6 +203,8 @@ class ClusterCache:
             return list(self._namespaces)
         if kind in CLAIM_KINDS:
             return list(self._claims[kind])
+        if kind == "configmaps":
+            return [f"{ns}/{name}" for ns, maps in self._config_maps.items() for name in maps]
         return [f"{ns}/{name}" for ns, quotas in self._quotas.items() for name in quotas]
 
     def _bad(self, kind: str, obj: Mapping[str, Any], error: Exception) -> None:
@@ -200,6 +217,9 @@ class ClusterCache:
             return
         if kind in CLAIM_KINDS:
             self._upsert_claim(kind, obj)
+            return
+        if kind == "configmaps":
+            self._upsert_config_map(obj)
             return
         name = str(meta_of(obj).get("name", ""))
         if kind == "nodes":
@@ -262,6 +282,13 @@ class ClusterCache:
         elif kind in CLAIM_KINDS:
             if self._claims[kind].pop(key, None) is not None:
                 self._dirty.update((kind, "namespace_usage"))
+        elif kind == "configmaps":
+            ns, _, name = key.partition("/")
+            maps = self._config_maps.get(ns, {})
+            if maps.pop(name, None) is not None:
+                self._dirty_config_maps.add(ns)
+                if not maps:
+                    del self._config_maps[ns]
         else:
             ns, _, name = key.partition("/")
             quotas = self._quotas.get(ns, {})
@@ -314,6 +341,20 @@ class ClusterCache:
         elif table.get(key) != claim:
             table[key] = claim
             self._dirty.update((kind, "namespace_usage"))
+
+    def _upsert_config_map(self, obj: Mapping[str, Any]) -> None:
+        """Keep the names of the keys envFrom could turn into isolation variables, nothing else: most
+        ConfigMaps keep none, and an update that changes no such key publishes nothing."""
+        try:
+            ns, name, keys = config_map_of(obj)
+        except ValueError as error:  # unreadable: forgotten, so a pod reading it finds it unresolved
+            self._bad("configmaps", obj, error)
+            self._delete("configmaps", self._key("configmaps", obj))
+            return
+        maps = self._config_maps.setdefault(ns, {})
+        if maps.get(name) != keys or name not in maps:
+            maps[name] = keys
+            self._dirty_config_maps.add(ns)
 
     # -- pods -----------------------------------------------------------------------------------
 
@@ -451,8 +492,21 @@ class ClusterCache:
             dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)
             for kind, field in zip(CLAIM_KINDS, ("claims", "claim_templates"), strict=True)
         )
+        config_maps: Mapping[str, Mapping[str, frozenset[str]]]
+        if previous is None:
+            config_maps = {ns: dict(maps) for ns, maps in self._config_maps.items()}
+        elif self._dirty_config_maps:
+            config_maps = dict(previous.config_maps)
+            for ns in self._dirty_config_maps:
+                if ns in self._config_maps:
+                    config_maps[ns] = dict(self._config_maps[ns])
+                else:
+                    config_maps.pop(ns, None)
+        else:
+            config_maps = previous.config_maps
+        self._dirty_config_maps = set()
         self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache, claims=claims,
-                                   claim_templates=templates)
+                                   claim_templates=templates, config_maps=config_maps)
         self._dirty_nodes = False
         self._dirty_usage = set()
         self._dirty = set()

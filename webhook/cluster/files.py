@@ -13,7 +13,7 @@ from typing import Any
 from webhook.errors import UserError
 from webhook.manifests import Document, load_documents, parse_text
 
-from .translate import CLUSTER_KINDS, claim_of, inventory_of, namespace_of, node_of, quotas_of
+from .translate import CLUSTER_KINDS, claim_of, config_map_of, inventory_of, namespace_of, node_of, quotas_of
 
 DEMO_RESOURCE = "demo/cluster.yaml"
 
@@ -29,6 +29,7 @@ _CHECKS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
     "ResourceQuota": quotas_of,
     "ResourceClaim": claim_of,
     "ResourceClaimTemplate": claim_of,
+    "ConfigMap": config_map_of,  # read by envFrom: only the keys that can set a device or limit variable
 }
 
 

@@ -33,6 +33,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     INVENTORY_PLURAL: (f"{INVENTORY_GROUP}/{INVENTORY_VERSION}", "GPUInventory"),
     "resourceclaims": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaim"),
     "resourceclaimtemplates": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaimTemplate"),
+    "configmaps": ("v1", "ConfigMap"),
 }
 PAGE_SIZE = 500
 
@@ -65,6 +66,8 @@ class KubeLister:
             return self.core.list_namespace
         if kind == "resourcequotas":
             return self.core.list_resource_quota_for_all_namespaces
+        if kind == "configmaps":
+            return self.core.list_config_map_for_all_namespaces
         if kind in OPTIONAL:
             group, version, plural = OPTIONAL[kind]
 

@@ -45,8 +45,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def strip(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The object without `metadata.managedFields`."""
+    """The object without `metadata.managedFields`; a ConfigMap with only the keys the webhook reads
+    (those that envFrom could turn into a device or limit variable), values blanked: no configuration
+    data leaves the cluster in a snapshot."""
     out = dict(obj)
+    if out.get("kind") == "ConfigMap":
+        from webhook.core.isolation import env_from_keys
+
+        out.pop("binaryData", None)
+        out["data"] = {key: "" for key in sorted(env_from_keys(out.get("data")))}
     metadata = out.get("metadata")
     if isinstance(metadata, Mapping) and "managedFields" in metadata:
         out["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}

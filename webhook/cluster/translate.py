@@ -15,6 +15,7 @@ from typing import Any
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
 from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import inventory_from_json, toolkit_from_json
+from webhook.core.isolation import env_from_keys
 from webhook.core.model import (
     Allocation,
     Claim,
@@ -36,7 +37,8 @@ from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
 from .held import held_of
 
 CLUSTER_KINDS = frozenset(
-    {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate"}
+    {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
+     "ConfigMap"}
 )
 INVENTORY_ANNOTATION = "gpu-admission.io/inventory"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -202,6 +204,16 @@ def claim_of(obj: Mapping[str, Any], kind: str | None = None) -> tuple[str, Clai
     """A ResourceClaim or ResourceClaimTemplate: its "namespace/name" key and what the core counts."""
     claim = read_claim(obj, kind)
     return f"{claim.namespace}/{claim.name}", claim
+
+
+def config_map_of(obj: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
+    """A ConfigMap as the core sees it: namespace, name, and only the keys of `data` that envFrom could
+    turn into a device or limit variable (core/isolation.py); values are never kept."""
+    data = _map(obj).get("data")
+    if data is not None and not isinstance(data, Mapping):
+        raise ValueError("data: expected a mapping of keys to strings")
+    namespace = str(_map(obj.get("metadata")).get("namespace") or "default")
+    return namespace, _name(obj), env_from_keys(data)
 
 
 def namespace_of(obj: Mapping[str, Any]) -> Namespace:
@@ -404,6 +416,11 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     for namespace, held in held_usage(holders, claims["ResourceClaim"], claims["ResourceClaimTemplate"],
                                       largest_card(nodes), dra_classes).items():
         namespace_usage[namespace] = namespace_usage.get(namespace, Usage()) + held
+    config_maps: dict[str, dict[str, frozenset[str]]] = {}
+    for obj in by_kind["ConfigMap"]:
+        found_map = guarded("ConfigMap", obj, config_map_of)
+        if found_map is not None:
+            config_maps.setdefault(found_map[0], {})[found_map[1]] = found_map[2]
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)
@@ -417,4 +434,5 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         namespace_usage=namespace_usage,
         claims=claims["ResourceClaim"],
         claim_templates=claims["ResourceClaimTemplate"],
+        config_maps=config_maps,
     )

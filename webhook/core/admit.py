@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra, node_routes, slices, trust
+from . import dra, isolation, node_routes, slices, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -226,6 +226,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         return request, _allow("not-gpu-pod", gpu_pod=False, warnings=warned), None
     if not is_managed(request.namespace, snapshot, policy):
         return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
+    request = isolation.screen_gpu(pod, request, snapshot, policy)  # envFrom
     if request.violations:
         first = request.violations[0]
         return request, _deny(first.code, first.rule, _violations_message(request)), None
@@ -291,7 +292,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     verify in one process with the default). Idempotent: an already-mutated pod gets no operations."""
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
     if final is not None:
-        return final
+        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
     recorded = sealed.allocation if sealed is not None else None
     request = _normalise(request, policy)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
@@ -336,7 +337,7 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     a patch."""
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
     if final is not None:
-        return final
+        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
     if sealed is None:
         return _deny(403, "not-mutated",
                      f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
@@ -349,7 +350,7 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     backend = policy.backend_for(request.namespace)
-    missing = _missing_limits(request, recorded, backend)
+    missing = _missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
     if missing:
         return _deny(403, "limits-missing", missing)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
@@ -380,6 +381,7 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
     ops += patches.env_ops(pod, request, allocation, policy.backend_for(request.namespace))
+    ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)

@@ -36,3 +36,56 @@ def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tup
 def is_limit_env(name: str) -> bool:
     """True for the variables this product writes (a user must not set them)."""
     return bool(_MEMORY_VAR.match(name)) or name in BACKEND_PREFIXES[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every variable a container must not set itself, in one place, with the layer that reads it.
+# A pod (env or envFrom, any kind of container) setting one of these is refused; each either widens
+# the devices a container sees or loosens or switches off a limit.
+# ---------------------------------------------------------------------------------------------
+
+ISOLATION_ENV: dict[str, str] = {
+    # NVIDIA container toolkit (runtime hook / CDI modifier), read from the container's environment.
+    "NVIDIA_VISIBLE_DEVICES": "container toolkit: which GPUs are mounted into the container",
+    "NVIDIA_MIG_CONFIG_DEVICES": "container toolkit: MIG configuration capability on these GPUs",
+    "NVIDIA_MIG_MONITOR_DEVICES": "container toolkit: MIG monitoring capability on these GPUs",
+    "NVIDIA_IMEX_CHANNELS": "container toolkit: IMEX channels (cross-node GPU memory) mounted",
+    "NVIDIA_GDS": "container toolkit: GPUDirect Storage devices mounted",
+    "NVIDIA_MOFED": "container toolkit: MOFED (RDMA) devices mounted",
+    "NVIDIA_NVSWITCH": "container toolkit: NVSwitch devices mounted",
+    "NVIDIA_GDRCOPY": "container toolkit: GDRCopy device mounted",
+    # HAMi-core (libvgpu.so; src/libvgpu.c, src/multiprocess/multiprocess_memory_limit.c).
+    "CUDA_DEVICE_MEMORY_LIMIT": "HAMi-core: memory limit of every GPU without its own _<i> limit",
+    "CUDA_DEVICE_SM_LIMIT": "HAMi-core: compute limit (0 means none)",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE": "HAMi-core: file of the shared accounting region (a private one escapes it)",
+    "GPU_CORE_UTILIZATION_POLICY": "HAMi-core: 'disable' switches the compute limit off",
+    "ACTIVE_OOM_KILLER": "HAMi-core: 'false' stops killing processes over their memory limit",
+    "CUDA_TASK_PRIORITY": "HAMi-core: priority over the other tasks sharing the GPU",
+    "CUDA_REDIRECT": "HAMi-core: path of the library loaded in place of libvgpu.so",
+    "CUDA_OVERSUBSCRIBE": "HAMi libvgpu: memory beyond the card (HAMi's device plugin sets it)",
+    "CUDA_DISABLE_CONTROL": "HAMi device plugin: skips mounting /etc/ld.so.preload, so no limit at all",
+    # The dynamic loader: a library loaded before /etc/ld.so.preload can undo HAMi-core's hooks.
+    "LD_PRELOAD": "dynamic loader: libraries loaded before the limit library",
+}
+# Families, by prefix: HAMi-core's per-device limits (CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i>)
+# and the CUDA MPS client's variables (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY,
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_CLIENT_PRIORITY,
+# CUDA_MPS_ENABLE_PER_CTX_DEVICE_MULTIPROCESSOR_PARTITIONING, ...): all of them steer the limit layer.
+ISOLATION_PREFIXES: tuple[str, ...] = ("CUDA_DEVICE_", "CUDA_MPS_")
+# CUDA_DEVICE_* variables of the CUDA runtime that only order or tune what the container already sees.
+BENIGN_ENV: frozenset[str] = frozenset({"CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+                                        "CUDA_DEVICE_MAX_COPY_CONNECTIONS"})
+# Harmless on purpose, so left out: LIBCUDA_LOG_LEVEL and RECORD_KERNEL_INTERVAL (HAMi-core logging and
+# sampling), CUDA_VISIBLE_DEVICES (only narrows what the container already has), NVIDIA_DRIVER_CAPABILITIES
+# and NVIDIA_REQUIRE_* / NVIDIA_DISABLE_REQUIRE (which driver libraries, version checks: no device).
+# Only matters in a GPU pod: common in CPU images (jemalloc, tcmalloc), where no limit library runs.
+GPU_POD_ONLY_ENV: frozenset[str] = frozenset({"LD_PRELOAD"})
+# The one value of a device variable that grants nothing: the toolkit mounts no GPU for "void".
+NO_DEVICES = "void"
+
+
+def is_isolation_env(name: str) -> bool:
+    """A variable of the table above (exact name or family), whoever sets it."""
+    if name in ISOLATION_ENV:
+        return True
+    return name.startswith(ISOLATION_PREFIXES) and name not in BENIGN_ENV

@@ -170,6 +170,9 @@ class Snapshot:
     # DRA ResourceClaims and ResourceClaimTemplates, by "namespace/name" (see core/dra.py).
     claims: Mapping[str, Claim] = field(default_factory=dict)
     claim_templates: Mapping[str, Claim] = field(default_factory=dict)
+    # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
+    # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
+    config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------

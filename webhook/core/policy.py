@@ -21,6 +21,8 @@ WHEN_FULL = ("admit", "deny")
 ON_STALE = ("deny", "allow")
 MANAGED_MODES = ("labelled", "all")
 DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")  # NVIDIA's DRA driver for GPUs
+GPU_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")  # the GPU operator's RuntimeClasses
+ISOLATION_ACTIONS = ("neutralise", "deny")
 
 DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
     TopologyClass.SINGLE: 0.0,
@@ -92,6 +94,12 @@ class Policy:
     # resources that a DeviceClass serves through DRA and the vendor table does not know (whole GPUs).
     dra_device_classes: tuple[str, ...] = DRA_DEVICE_CLASSES
     dra_extended_resources: tuple[str, ...] = ()
+    # Isolation (core/isolation.py): RuntimeClasses that run the NVIDIA hook; what to do with envFrom
+    # sources the webhook cannot read (Secrets, ConfigMaps not seen) and with a pod that asks for no GPU
+    # but can reach one (GPU RuntimeClass, GPU taint tolerated, nodeName of a GPU node).
+    gpu_runtime_classes: tuple[str, ...] = GPU_RUNTIME_CLASSES
+    unresolved_env_from: str = "neutralise"
+    non_gpu_access: str = "neutralise"
     namespaces: Mapping[str, NamespaceRule] = field(default_factory=dict)
     # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
@@ -223,7 +231,7 @@ def parse_policy(
         root,
         "",
         ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
-         "namespaces", "dra"),
+         "namespaces", "dra", "isolation"),
     )
     defaults = _mapping(root.get("defaults"), "defaults")
     _known(
@@ -297,6 +305,14 @@ def parse_policy(
                 )
             )
         kwargs["workload_mix"] = tuple(entries)
+    if "isolation" in root:
+        iso = _mapping(root["isolation"], "isolation")
+        _known(iso, "isolation", ("gpuRuntimeClasses", "unresolvedEnvFrom", "nonGpuAccess"))
+        if "gpuRuntimeClasses" in iso:
+            kwargs["gpu_runtime_classes"] = _strings(iso["gpuRuntimeClasses"], "isolation.gpuRuntimeClasses")
+        for key, attr in (("unresolvedEnvFrom", "unresolved_env_from"), ("nonGpuAccess", "non_gpu_access")):
+            if key in iso:
+                kwargs[attr] = _choice(iso[key], f"isolation.{key}", ISOLATION_ACTIONS)
     if "dra" in root:
         kwargs.update(_dra(_mapping(root["dra"], "dra")))
     if "namespaces" in root:

@@ -33,6 +33,7 @@ from .vendors import (
     classify_resource,
     containers_of,
     foreign_accelerator_message,
+    is_bypass_entry,
     is_bypass_env,
     is_device_hostpath,
     is_gpu_pod,
@@ -93,9 +94,9 @@ class _Notes:
                 self.warnings.append("more warnings left out: the pod repeats the same problem in many containers")
 
 
-def _label(container: Mapping[str, Any], init: bool, index: int) -> str:
+def _label(container: Mapping[str, Any], init: bool, index: int, kind: str | None = None) -> str:
     name = container.get("name")
-    kind = "init container" if init else "container"
+    kind = kind or ("init container" if init else "container")
     return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
 
 
@@ -157,11 +158,12 @@ def _host_value(name: str, raw: object, where: str, notes: _Notes) -> int:
 
 
 def _parse_container(
-    container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: _Notes
+    container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: _Notes,
+    label_kind: str | None = None,
 ) -> tuple[ContainerRequest, list[Violation], bool]:
     """One container; returns it, the isolation findings that apply only to GPU pods, and whether the
     container alone makes a GPU pod (a GPU resource named, or a device variable set: see is_gpu_pod)."""
-    where = _label(container, init, index)
+    where = _label(container, init, index, label_kind)
     resources = mapping_of(container.get("resources"))
     limits, requests = mapping_of(resources.get("limits")), mapping_of(resources.get("requests"))
     merged: dict[str, object] = {**requests, **limits}  # GPU resources: limits win
@@ -229,7 +231,7 @@ def _parse_container(
         env_name = mapping_of(entry).get("name")
         if not isinstance(env_name, str):
             continue
-        bypass = is_bypass_env(env_name)
+        bypass = is_bypass_entry(entry)
         gpu_signal = gpu_signal or bypass
         if env_name in exempt:
             continue
@@ -409,6 +411,18 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         containers.append(request)
         findings.extend(found)
         gpu_pod = gpu_pod or gpu_signal
+    # Ephemeral containers (`kubectl debug`) are held to the same isolation rules; they take no part in
+    # the pod's resources (the API refuses resources on them), so they are not among `containers`.
+    for index, container in enumerate(list_of(spec.get("ephemeralContainers"))):
+        request, found, gpu_signal = _parse_container(
+            mapping_of(container), index, False, False, notes, "ephemeral container"
+        )
+        findings.extend(found)
+        gpu_pod = gpu_pod or gpu_signal
+        if request.gpu is not None:
+            notes.deny("ephemeral-resources", 422,
+                       f"ephemeral container {request.name!r} asks for GPUs; ephemeral containers cannot have "
+                       "resources: debug with a container that asks for none")
     annotation_gpu, annotation_error = kai_request(annotations)
     if annotation_error:
         notes.deny("invalid-annotation", 422, annotation_error)

@@ -14,6 +14,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, TypeGuard
 
+from .limits import GPU_POD_ONLY_ENV, NO_DEVICES, is_isolation_env
 from .model import GpuRequest
 from .quantity import QuantityError, parse_quantity
 
@@ -105,7 +106,6 @@ HAMI_POLICIES: frozenset[str] = frozenset({"binpack", "spread"})
 # mutex), as HAMi's pkg/scheduler/policy and util.PolicyContains read it.
 HAMI_GPU_POLICIES: frozenset[str] = frozenset({"binpack", "spread", "numa", "topology-aware", "mutex"})
 
-
 MAX_GPUS = 1024  # per container; more is a typo, not a request
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
 
@@ -113,10 +113,6 @@ MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
 _LIMIT_ENV = re.compile(
     r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT|"
     r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE|CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-)
-# CUDA_DEVICE_* variables that only tune or order what the container already sees.
-_BENIGN_ENV: frozenset[str] = frozenset(
-    {"CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS"}
 )
 
 
@@ -192,18 +188,24 @@ def foreign_accelerator_message(where: str, name: str) -> str:
     return f"{where}: {name} is not counted or limited by this controller; left alone"
 
 
-
-
 def is_limit_env(name: str) -> bool:
     """A variable the mutating webhook writes to enforce limits."""
     return _LIMIT_ENV.fullmatch(name) is not None
 
 
 def is_bypass_env(name: str) -> bool:
-    """A variable that widens or unlimits device access when a container sets it itself."""
-    if name in _BENIGN_ENV:
+    """A variable that widens or unlimits device access when a container sets it itself (the table in
+    `limits`), in any pod; LD_PRELOAD only matters in a GPU pod."""
+    return is_isolation_env(name) and name not in GPU_POD_ONLY_ENV
+
+
+def is_bypass_entry(entry: object) -> bool:
+    """An `env` entry that sets a bypass variable; `NVIDIA_VISIBLE_DEVICES=void` (no GPU at all, what
+    the webhook itself writes into containers that must see none) is not one."""
+    name = mapping_of(entry).get("name")
+    if not isinstance(name, str) or not is_bypass_env(name):
         return False
-    return name == "NVIDIA_VISIBLE_DEVICES" or name.startswith(("CUDA_DEVICE_", "CUDA_MPS_"))
+    return not (name == "NVIDIA_VISIBLE_DEVICES" and mapping_of(entry).get("value") == NO_DEVICES)
 
 
 def limit_env_of(container: Mapping[str, Any]) -> dict[str, str]:
@@ -217,11 +219,46 @@ def limit_env_of(container: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+# Host paths that hold GPU device nodes, the driver or the limit layer's files. A name ending in "*"
+# matches every name that starts with it in that directory (/dev/nvidia0, /dev/nvidia-caps, ...).
+GPU_HOST_PATHS: tuple[str, ...] = (
+    "/dev/nvidia*",  # NVIDIA device nodes: nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps, nvidia-nvswitch..
+    "/dev/char",  # symlinks to every character device by major:minor, the GPUs' included
+    "/dev/dri",  # DRM nodes: nvidia-drm's, and Hygon DCUs (ROCm) with /dev/kfd
+    "/dev/kfd",
+    "/dev/mkfd",
+    "/dev/cambricon*",  # Cambricon MLU nodes: cambricon_dev0.., cambricon_ctl, cambricon-caps
+    "/run/nvidia*",  # GPU operator's driver root (/run/nvidia/driver), persistenced, fabric manager
+    "/var/run/nvidia*",
+    "/usr/local/vgpu",  # HAMi-core: libvgpu.so, ld.so.preload, the per-container accounting files
+    "/tmp/vgpulock",  # HAMi-core's lock directory
+)
+
+
+def normal_host_path(path: str) -> str:
+    """The path the kubelet mounts: `//dev`, `/dev/../dev/` and `/dev/.` are all `/dev`. posixpath keeps
+    a leading `//` (POSIX leaves it implementation-defined; Linux treats it as `/`), so collapse it."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _exposes(normal: str, guarded: str) -> bool:
+    if guarded.endswith("*"):
+        base = guarded[:-1]
+        parent = base.rpartition("/")[0] or "/"
+        if normal.startswith(base):
+            return True
+        return normal == parent or parent.startswith(normal.rstrip("/") + "/")
+    return normal == guarded or normal.startswith(guarded + "/") or guarded.startswith(normal.rstrip("/") + "/")
+
+
+@lru_cache(maxsize=1024)
 def is_device_hostpath(path: object) -> bool:
+    """A hostPath that is, holds, or lies inside a path of GPU_HOST_PATHS (so `/`, `/dev`, `/run` too),
+    compared after normalising. Ordinary data directories (/data, /mnt/datasets, /var/log) are not."""
     if not isinstance(path, str) or not path:
         return False
-    normal = posixpath.normpath(path)
-    return normal == "/dev" or normal.startswith("/dev/nvidia")
+    normal = normal_host_path(path)
+    return any(_exposes(normal, guarded) for guarded in GPU_HOST_PATHS)
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
@@ -261,8 +298,7 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
                 if isinstance(resource, str) and is_gpu_resource(resource):
                     return True
         for entry in list_of(container.get("env")):
-            name = mapping_of(entry).get("name")
-            if isinstance(name, str) and is_bypass_env(name):
+            if is_bypass_entry(entry):
                 return True
     return any(
         is_device_hostpath(mapping_of(mapping_of(v).get("hostPath")).get("path")) for v in list_of(spec.get("volumes"))
@@ -281,9 +317,34 @@ def has_foreign_accelerator(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+# Toleration keys every pod carries (DefaultTolerationSeconds, DaemonSets) or that only concern control
+# planes; any other key may be a GPU node's taint, so such a pod is decided (core/isolation.py).
+_ORDINARY_TAINTS = ("node.kubernetes.io/", "node-role.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
+                    "CriticalAddonsOnly")
+
+
+def may_reach_gpu(pod: Mapping[str, Any]) -> bool:
+    """Cheap structural test for a pod that asks for no GPU but may still get one, or set a device
+    variable through envFrom: a RuntimeClass, spec.nodeName, a toleration of an unusual taint (or of
+    every taint), or envFrom in any container. The core decides what these mean."""
+    spec = mapping_of(pod.get("spec"))
+    if spec.get("runtimeClassName") or spec.get("nodeName"):
+        return True
+    for toleration in list_of(spec.get("tolerations")):
+        key = mapping_of(toleration).get("key")
+        if not key or not isinstance(key, str) or not key.startswith(_ORDINARY_TAINTS):
+            return True
+    for key in ("containers", "initContainers"):
+        for container in list_of(spec.get(key)):
+            if mapping_of(container).get("envFrom"):
+                return True
+    return False
+
+
 def needs_decision(pod: Mapping[str, Any]) -> bool:
-    """What the webhook's fast path asks: a GPU pod, or one with an accelerator to warn about."""
-    return is_gpu_pod(pod) or has_foreign_accelerator(pod)
+    """What the webhook's fast path asks: a GPU pod, one with an accelerator to warn about, or one that
+    may reach a GPU without asking."""
+    return is_gpu_pod(pod) or has_foreign_accelerator(pod) or may_reach_gpu(pod)
 
 
 def _number(value: object) -> Fraction | None:

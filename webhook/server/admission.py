@@ -44,6 +44,8 @@ class AdmissionCore:
     check_inventory_write: Callable[[Mapping[str, Any]], Decision]
     # ResourceClaim / ResourceClaimTemplate writes: (request, snapshot, policy) -> Decision; None: allowed.
     check_claim: Callable[..., Decision] | None = None
+    # UPDATE of pods/ephemeralcontainers: (pod, old pod, snapshot, policy, namespace=, mutating=) -> Decision.
+    ephemeral: Callable[..., Decision] | None = None
 
 
 def real_core(record_key: bytes | None = None) -> AdmissionCore:
@@ -54,6 +56,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
     from webhook.core import admit
     from webhook.core.dra import names_claims
     from webhook.core.dra_objects import check_claim_object
+    from webhook.core.isolation import ephemeral
     from webhook.core.node_routes import device_list_mounts
     from webhook.core.vendors import needs_decision
 
@@ -64,7 +67,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
 
     key = secrets.token_bytes(32) if record_key is None else record_key
     return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
-                         _check_inventory_write, check_claim_object)
+                         _check_inventory_write, check_claim_object, ephemeral)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -202,6 +205,8 @@ class AdmissionHandler:
             return _fast(uid, "not-a-pod")
         if _is_claim(request):
             return self._claim(endpoint, incoming)
+        if _is_ephemeral(request):
+            return self._ephemeral(endpoint, incoming)
         if request.get("operation") != "CREATE":
             return _fast(uid, "not-create")
         if not _is_pod(request):
@@ -248,6 +253,31 @@ class AdmissionHandler:
             raise rv.ReviewError(400, "missing request.object: a claim CREATE or UPDATE must carry the claim")
         decision = self.core.check_claim(request, self.source.snapshot(), self.policy.get())
         return _from_decision(uid, decision, with_patch=False)
+
+
+    def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """`kubectl debug` adds ephemeral containers by an UPDATE of pods/ephemeralcontainers whose object
+        is the whole pod: the added containers are held to the isolation rules (core/isolation.py)."""
+        request, uid = incoming.request, incoming.uid
+        pod = request.get("object")
+        if self.core.ephemeral is None or request.get("operation") != "UPDATE":
+            return _fast(uid, "not-create")
+        if not isinstance(pod, dict):
+            raise rv.ReviewError(400, "missing request.object: an ephemeralcontainers UPDATE must carry the pod")
+        metadata = _mapping(pod.get("metadata"))
+        namespace = _text(request.get("namespace")) or _text(metadata.get("namespace"))
+        if namespace in self.excluded_namespaces:
+            return _fast(uid, "excluded-namespace")
+        old = request.get("oldObject")
+        decision = self.core.ephemeral(pod, old if isinstance(old, dict) else None, self.source.snapshot(),
+                                       self.policy.get(), namespace=namespace or None, mutating=endpoint == "mutate")
+        return _from_decision(uid, decision, with_patch=endpoint == "mutate")
+
+
+def _is_ephemeral(request: Mapping[str, Any]) -> bool:
+    resource = _mapping(request.get("resource"))
+    return (request.get("subResource") == "ephemeralcontainers" and resource.get("group") == ""
+            and resource.get("resource") == "pods")
 
 
 def _is_claim(request: Mapping[str, Any]) -> bool:

@@ -143,6 +143,15 @@ purpose: a pod sent here needlessly costs one fast-path answer.
 {{- if $d.resourceClaims }}
 {{- $terms = append $terms "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)" }}
 {{- end }}
+{{- if $d.envFrom }}
+{{- $terms = append $terms "((has(object.spec.containers) ? object.spec.containers : []) + (has(object.spec.initContainers) ? object.spec.initContainers : [])).exists(c, has(c.envFrom))" }}
+{{- end }}
+{{- if $d.tolerations }}
+{{- $terms = append $terms "(has(object.spec.tolerations) && object.spec.tolerations.exists(t, !has(t.key) || t.key == '' || !['node.kubernetes.io/', 'node-role.kubernetes.io/', 'node.cloudprovider.kubernetes.io/', 'CriticalAddonsOnly'].exists(p, t.key.startsWith(p))))" }}
+{{- end }}
+{{- if $d.nodeName }}
+{{- $terms = append $terms "(has(object.spec.nodeName) && object.spec.nodeName != '')" }}
+{{- end }}
 {{- join "\n|| " $terms }}
 {{- end }}
 

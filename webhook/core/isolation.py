@@ -1,0 +1,342 @@
+"""Routes to a GPU that the allocation rules alone do not see: `envFrom`, ephemeral containers, and pods
+that ask for no GPU but can still reach one.
+
+Two facts of the kubelet and the NVIDIA container toolkit decide what works here:
+- the kubelet builds a container's environment from `envFrom` first and `env` after, so an explicit
+  `env` entry wins over any ConfigMap or Secret (and over the image's own ENV, which the runtime
+  merges below both);
+- the toolkit mounts no GPU for `NVIDIA_VISIBLE_DEVICES=void`, whatever else the image says (every
+  CUDA base image sets `NVIDIA_VISIBLE_DEVICES=all`).
+So a container that must see no GPU is *neutralised* by an explicit `NVIDIA_VISIBLE_DEVICES=void`.
+A container that has GPUs cannot be neutralised that way (its device list comes from the device
+plugin, and a pod's own variable would override it): what it takes from envFrom is checked where
+the webhook can read it (ConfigMaps, from the snapshot) and left to the policy where it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, NO_DEVICES, is_isolation_env
+from .model import Decision, PodRequest, Snapshot, Violation
+from .patch import pointer
+from .policy import Policy
+from .vendors import is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
+
+VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
+# The taints GPU nodes carry for the device plugins of the vendor table (and the chart's toleration).
+GPU_TAINT_KEYS: frozenset[str] = frozenset({"nvidia.com/gpu", "cambricon.com/vmlu", "hygon.com/dcunum"})
+EMPTY: frozenset[str] = frozenset()
+MAX_WARNING = 119
+
+# ------------------------------------------------------------------------------------------ ConfigMaps
+
+# A key K of a ConfigMap becomes the variable prefix+K. It can name an isolation variable only if it is a
+# non-empty tail of one of the exact names, or starts with a tail of a family prefix (CUDA_MPS_: "MPS_",
+# "_MPS_", ...). A prefix that itself starts with a family prefix makes every key one: refused outright.
+# Keys that are not valid variable names are skipped by the kubelet, but no isolation name is invalid.
+_TAILS: frozenset[str] = frozenset(name[i:] for name in ISOLATION_ENV for i in range(len(name)))
+_FAMILY_TAILS: tuple[str, ...] = tuple(sorted({p[i:] for p in ISOLATION_PREFIXES for i in range(len(p))}))
+
+
+def env_from_keys(data: object) -> frozenset[str]:
+    """The keys of a ConfigMap's `data` that some envFrom prefix could turn into an isolation variable:
+    all the watch cache keeps of a ConfigMap (values and every other key are dropped). The kubelet reads
+    only `data` for envFrom, never `binaryData`."""
+    if not isinstance(data, Mapping) or not data:
+        return EMPTY
+    keys = [k for k in data if isinstance(k, str) and (k in _TAILS or k.startswith(_FAMILY_TAILS))]
+    return frozenset(keys) if keys else EMPTY
+
+
+def _sources(where: str, container: Mapping[str, Any], namespace: str, snapshot: Snapshot
+             ) -> Iterator[tuple[str, str | None]]:
+    """(variable or problem, unresolved source) for each envFrom entry of one container:
+    ("NAME", None) for an isolation variable a ConfigMap sets, ("", "Secret 'x'") for what is unseen,
+    ("!message", None) for a prefix that is refused by itself."""
+    known = snapshot.config_maps.get(namespace, {})
+    for entry in list_of(container.get("envFrom")):
+        source = mapping_of(entry)
+        prefix = source.get("prefix")
+        prefix = prefix if isinstance(prefix, str) else ""
+        if prefix.startswith(ISOLATION_PREFIXES):
+            yield f"!{where} takes envFrom with prefix {prefix}, which names the GPU limit layer's variables; " \
+                  "use another prefix", None
+            continue
+        config = mapping_of(source.get("configMapRef"))
+        secret = mapping_of(source.get("secretRef"))
+        name = config.get("name") if config else secret.get("name")
+        if not isinstance(name, str):
+            continue
+        if config and name in known:
+            for key in known[name]:
+                if is_isolation_env(prefix + key):
+                    yield prefix + key, None
+            continue
+        kind = "ConfigMap" if config else "Secret"
+        yield "", f"{kind} {name!r}"
+
+
+def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "initContainers")
+                ) -> Iterator[tuple[str, int, str, Mapping[str, Any]]]:
+    """(list key, index, label, container) of the given lists."""
+    labels = {"containers": "container", "initContainers": "init container",
+              "ephemeralContainers": "ephemeral container"}
+    for key in kinds:
+        for index, raw in enumerate(list_of(spec.get(key))):
+            container = mapping_of(raw)
+            name = container.get("name")
+            label = f"{labels[key]} {name!r}" if isinstance(name, str) and name else f"{labels[key]} #{index}"
+            yield key, index, label, container
+
+
+def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
+             kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
+             ) -> tuple[list[Violation], list[str]]:
+    """What the pod's envFrom sets that it must not (violations), and the sources it cannot read."""
+    violations: list[Violation] = []
+    unresolved: list[str] = []
+    for _, _, where, container in _containers(spec, kinds):
+        for variable, source in _sources(where, container, namespace, snapshot):
+            if source is not None:
+                unresolved.append(f"{where} reads {source}")
+            elif variable.startswith("!"):
+                violations.append(Violation("isolation-env", 403, variable[1:]))
+            elif variable not in GPU_POD_ONLY_ENV or gpu_pod:
+                violations.append(Violation(
+                    "isolation-env", 403,
+                    f"{where} takes {variable} from a ConfigMap through envFrom, which bypasses GPU isolation "
+                    "(" + ISOLATION_ENV.get(variable, "the GPU limit layer").split(":")[0] + "); remove that key "
+                    "and ask for GPUs in resources.limits"))
+    return violations, unresolved
+
+
+# ------------------------------------------------------------------------------------------ reach
+
+
+def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> list[str]:
+    """Why a pod that asks for no GPU could still get one: a GPU RuntimeClass (the NVIDIA hook honours
+    the image's NVIDIA_VISIBLE_DEVICES), the GPU taint tolerated, or a GPU node named in spec.nodeName."""
+    spec = mapping_of(pod.get("spec"))
+    reasons: list[str] = []
+    runtime = spec.get("runtimeClassName")
+    if isinstance(runtime, str) and runtime in policy.gpu_runtime_classes:
+        reasons.append(f"runtimeClassName {runtime}")
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        node = snapshot.nodes.get(node_name)
+        if node is None:
+            reasons.append(f"spec.nodeName {node_name}, a node the webhook does not know")
+        elif node.gpus and node.toolkit_envvar is not False:
+            # A node whose toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers (its agent says
+            # so: node_routes.py) gives no GPU through the image's variable: nothing to neutralise there.
+            reasons.append(f"spec.nodeName {node_name}, a GPU node")
+    keys = GPU_TAINT_KEYS.union(str(t.get("key")) for t in policy.tolerations if t.get("key"))
+    for raw in list_of(spec.get("tolerations")):
+        toleration = mapping_of(raw)
+        key = toleration.get("key")
+        if not key and toleration.get("operator") == "Exists":
+            reasons.append("a toleration of every taint")
+        elif key in keys:
+            reasons.append(f"a toleration of the {key} taint")
+    return reasons
+
+
+def _privileged(spec: Mapping[str, Any], kinds: Iterable[str]) -> list[str]:
+    return [where for _, _, where, c in _containers(spec, kinds)
+            if mapping_of(c.get("securityContext")).get("privileged") is True]
+
+
+# ------------------------------------------------------------------------------------------ neutralising
+
+
+def _has_void(container: Mapping[str, Any]) -> bool:
+    return any(mapping_of(e).get("name") == VISIBLE and mapping_of(e).get("value") == NO_DEVICES
+               for e in list_of(container.get("env")))
+
+
+def void_ops(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """`add` of each target container's whole env list with NVIDIA_VISIBLE_DEVICES=void appended (none for
+    a container that has it already: a second pass yields no operations)."""
+    spec = mapping_of(pod.get("spec"))
+    ops: list[dict[str, Any]] = []
+    for key, index in targets:
+        items = list_of(spec.get(key))
+        container = mapping_of(items[index]) if index < len(items) else {}
+        if _has_void(container):
+            continue
+        existing = container.get("env")
+        env = [*(existing if isinstance(existing, list) else []), dict(VOID)]
+        ops.append({"op": "add", "path": pointer("spec", key, index, "env"), "value": env})
+    return ops
+
+
+def _lacking(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list[str]:
+    spec = mapping_of(pod.get("spec"))
+    labels = {(key, index): where for key, index, where, _ in
+              _containers(spec, ("containers", "initContainers", "ephemeralContainers"))}
+    return [labels.get(t, str(t)) for t in targets if void_ops(pod, [t])]
+
+
+def _warn(text: str) -> str:
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+def _allow(reason: str, message: str = "", ops: list[dict[str, Any]] | None = None,
+           warnings: tuple[str, ...] = ()) -> Decision:
+    return Decision(True, 200, message, reason, warnings, tuple(ops or ()), None, True, False)
+
+
+def _deny(code: int, reason: str, message: str) -> Decision:
+    return Decision(False, code, message, reason, (), (), None, True, False)
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, snapshot: Snapshot, policy: Policy,
+                 *, mutating: bool) -> Decision:
+    """The answer for a pod the first screen settled: a pod that asks for no GPU, in a managed namespace,
+    is screened here too (the rest is returned as it was)."""
+    from .admit import is_managed  # admit imports this module
+
+    if final.reason != "not-gpu-pod" or not is_managed(request.namespace, snapshot, policy):
+        return final
+    decision = screen_non_gpu(pod, request, snapshot, policy, mutating=mutating)
+    if decision is None:
+        return final
+    return decision if not final.warnings else Decision(
+        decision.allowed, decision.code, decision.message, decision.reason, (*final.warnings, *decision.warnings),
+        decision.patch, None, True, False)
+
+
+def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy, *,
+                   mutating: bool) -> Decision | None:
+    """A pod of a managed namespace that asks for no GPU. None: nothing to say (allowed unchanged)."""
+    spec = mapping_of(pod.get("spec"))
+    violations, _ = env_from(spec, request.namespace, snapshot, gpu_pod=False)
+    if violations:
+        return _deny(403, violations[0].rule, "; ".join(v.message for v in violations))
+    reasons = reach(pod, snapshot, policy)
+    if not reasons:
+        return None  # cannot land on a (tainted) GPU node: whatever its image says, no GPU is there
+    why = ", ".join(reasons)
+    privileged = _privileged(spec, ("containers", "initContainers"))
+    if privileged:
+        return _deny(403, "isolation-privileged",
+                     f"{privileged[0]} is privileged and the pod can reach a GPU node ({why}): a privileged "
+                     "container sees every GPU of the node; set securityContext.privileged: false or remove that")
+    if policy.non_gpu_access == "deny":
+        return _deny(403, "gpu-reachable",
+                     f"asks for no GPU but can reach one ({why}), which bypasses GPU admission: remove that, or "
+                     "ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)")
+    targets = [(key, index) for key, index, _, _ in _containers(spec)]
+    if mutating:
+        ops = void_ops(pod, targets)
+        warning = _warn(f"asks for no GPU but can reach one ({why}): {VISIBLE}={NO_DEVICES} set in every container")
+        return _allow("neutralised", f"{VISIBLE}={NO_DEVICES}", ops, (warning,) if ops else ())
+    lacking = _lacking(pod, targets)
+    if lacking:
+        return _deny(403, "gpu-reachable",
+                     f"asks for no GPU but can reach one ({why}), and {lacking[0]} lacks {VISIBLE}={NO_DEVICES} "
+                     "that the mutating webhook writes: retry the create, or remove that")
+    return _allow("neutralised", f"{VISIBLE}={NO_DEVICES}")
+
+
+def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
+    """A GPU pod's envFrom: isolation variables from ConfigMaps become violations; a source the webhook
+    cannot read is refused or warned about, as the policy says (its GPU containers' own limit variables
+    are explicit entries, which win over envFrom either way)."""
+    spec = mapping_of(pod.get("spec"))
+    if not any(c.get("envFrom") for _, _, _, c in _containers(spec, ("containers", "initContainers",
+                                                                    "ephemeralContainers"))):
+        return request
+    violations, unresolved = env_from(spec, request.namespace, snapshot, gpu_pod=True)
+    warnings = list(request.warnings)
+    if unresolved and policy.unresolved_env_from == "deny":
+        violations.append(Violation(
+            "isolation-env-from", 403,
+            f"{unresolved[0]} through envFrom, which the webhook cannot read (policy isolation.unresolvedEnvFrom: "
+            "deny): use a ConfigMap it can see, or env entries with valueFrom"))
+    elif unresolved:
+        warnings.append(_warn(f"{unresolved[0]} through envFrom, unchecked: explicit limits win over it, "
+                              "a GPU list would not"))
+    if not violations and warnings == list(request.warnings):
+        return request
+    return request.evolve(violations=(*request.violations, *violations), warnings=tuple(warnings))
+
+
+def sidecar_targets(request: PodRequest) -> list[tuple[str, int]]:
+    """Containers of a GPU pod that get no GPU: on a GPU node, their image's NVIDIA_VISIBLE_DEVICES=all
+    would show them every GPU of the node."""
+    return [("initContainers" if c.init else "containers", c.index) for c in request.containers
+            if c.gpu is None or c.gpu.count <= 0]
+
+
+def sidecar_ops(pod: Mapping[str, Any], request: PodRequest) -> list[dict[str, Any]]:
+    return void_ops(pod, sidecar_targets(request))
+
+
+def missing_sidecar_void(pod: Mapping[str, Any], request: PodRequest) -> str | None:
+    lacking = _lacking(pod, sidecar_targets(request))
+    if not lacking:
+        return None
+    return (f"{lacking[0]} asks for no GPU and lacks {VISIBLE}={NO_DEVICES} that the mutating webhook writes: "
+            "another webhook removed it; resubmit the pod")
+
+
+def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: Snapshot, policy: Policy, *,
+              namespace: str | None = None, mutating: bool) -> Decision:
+    """An UPDATE of pods/ephemeralcontainers (`kubectl debug`): the containers it adds are held to the
+    isolation rules, and get NVIDIA_VISIBLE_DEVICES=void (an ephemeral container never has a GPU)."""
+    from .admit import is_managed  # admit imports this module
+
+    metadata = mapping_of(pod.get("metadata"))
+    namespace = namespace or str(metadata.get("namespace") or "default")
+    if not is_managed(namespace, snapshot, policy):
+        return Decision(True, 200, f"namespace {namespace} is not managed", "not-managed", (), (), None, False, False)
+    spec = mapping_of(pod.get("spec"))
+    before = {mapping_of(c).get("name") for c in list_of(mapping_of(mapping_of(old).get("spec"))
+                                                         .get("ephemeralContainers"))}
+    added = [(key, index, where, c) for key, index, where, c in _containers(spec, ("ephemeralContainers",))
+             if c.get("name") not in before or not c.get("name")]
+    if not added:
+        return _allow("no-new-ephemeral")
+    gpu_pod = is_gpu_pod(pod)
+    node_name = spec.get("nodeName")
+    node = snapshot.nodes.get(node_name) if isinstance(node_name, str) else None
+    on_gpu_node = gpu_pod or node is None or bool(node.gpus)
+    problems: list[Violation] = []
+    for _, _, where, container in added:
+        for entry in list_of(container.get("env")):
+            name = mapping_of(entry).get("name")
+            if is_bypass_entry(entry) or (name in GPU_POD_ONLY_ENV and gpu_pod):
+                problems.append(Violation("isolation-env", 403,
+                                          f"{where} sets {name} itself, which bypasses GPU isolation; remove it"))
+        resources = mapping_of(container.get("resources"))
+        if any(isinstance(r, str) and is_gpu_resource(r) for part in resources.values() for r in mapping_of(part)):
+            problems.append(Violation("ephemeral-resources", 422,
+                                      f"{where} asks for GPUs; ephemeral containers cannot have resources"))
+        if on_gpu_node and mapping_of(container.get("securityContext")).get("privileged") is True:
+            problems.append(Violation("isolation-privileged", 403,
+                                      f"{where} is privileged on a GPU node, which exposes every GPU of the node; "
+                                      "set securityContext.privileged: false"))
+    found, unresolved = env_from({"ephemeralContainers": [c for _, _, _, c in added]}, namespace, snapshot,
+                                 gpu_pod, ("ephemeralContainers",))
+    problems += found
+    if unresolved and policy.unresolved_env_from == "deny":
+        problems.append(Violation("isolation-env-from", 403,
+                                  f"{unresolved[0]} through envFrom, which the webhook cannot read "
+                                  "(policy isolation.unresolvedEnvFrom: deny)"))
+    if problems:
+        return _deny(problems[0].code, problems[0].rule, "; ".join(p.message for p in problems))
+    targets = [(key, index) for key, index, _, _ in added]
+    if mutating:
+        return _allow("ephemeral", f"{VISIBLE}={NO_DEVICES}", void_ops(pod, targets))
+    lacking = _lacking(pod, targets) if on_gpu_node else []
+    if lacking:
+        return _deny(403, "gpu-reachable", f"{lacking[0]} lacks {VISIBLE}={NO_DEVICES} that the mutating webhook "
+                                           "writes into ephemeral containers on GPU nodes: retry, or set it yourself")
+    return _allow("ephemeral")

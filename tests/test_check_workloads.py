@@ -260,3 +260,21 @@ def test_demo_banner_only_in_text_against_the_embedded_cluster(cluster: str, cap
     assert out.startswith("<?xml")
     _, out = check(capsys, "--cluster", cluster, example)
     assert DEMO_BANNER not in out
+
+
+def test_a_pod_the_core_fails_on_is_an_error_result_not_a_crash(cluster: str, capsys, monkeypatch) -> None:
+    real = admit.mutate
+
+    def choke(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        if pod["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "master":
+            raise TypeError("unhashable type: 'dict'")
+        return real(pod, *args, **kwargs)
+
+    monkeypatch.setattr(admit, "mutate", choke)
+    code, out = check(capsys, "--cluster", cluster, "-o", "json", str(WRITTEN / "pytorchjob-train.yaml"))
+    master, worker = json.loads(out)["results"]
+    assert code == 2
+    assert (master["error"], master["field"], master["message"]) == (
+        True, "spec.pytorchReplicaSpecs.Master.template",
+        "could not be decided: internal error (TypeError: unhashable type: 'dict')")
+    assert worker["allowed"] is True and worker["replicas"] == 4

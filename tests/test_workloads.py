@@ -394,3 +394,18 @@ def test_reading_leniently_keeps_the_documents_around_broken_ones(tmp_path: Path
 def test_stdin_reads_leniently() -> None:
     entries = read_all(["-"], stdin=io.StringIO("kind: Pod\n---\n[\n"))
     assert [type(e).__name__ for e in entries] == ["Document", "Problem"]
+
+
+def test_walking_visits_each_object_once_even_when_yaml_aliases_make_it_contain_itself(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text("apiVersion: example.com/v1\nkind: Loop\nmetadata: {name: l}\n"
+                    "spec: &a\n  self: *a\n  many: [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+                    "  pod: &p {template: {spec: {containers: [{name: c, image: i}]}}}\n  again: *p\n")
+    [found] = workloads(read_all([str(path)]))
+    assert isinstance(found, Workload) and found.role == "spec.pod.template"
+
+
+def test_component_containers_must_be_a_list() -> None:
+    with pytest.raises(UserError, match="field spec.predictor.containers: expected a list, got a mapping"):
+        one({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "i"},
+             "spec": {"predictor": {"containers": {"name": "c"}}}})

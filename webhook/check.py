@@ -96,7 +96,14 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
             results.append(Result(item.source, item.kind, item.name, namespace, managed=managed, skipped=True,
                                   reason="skipped", message=item.reason, replicas=0))
         else:
-            result, snapshot = _decide(item, snapshot, policy, item.namespace or default_namespace)
+            namespace = item.namespace or default_namespace
+            try:
+                result, snapshot = _decide(item, snapshot, policy, namespace)
+            except Exception as err:  # noqa: BLE001 - one pod the core chokes on must not end the run
+                result = Result(item.source, item.kind, item.name, namespace, managed=False, allowed=False,
+                                code=500, reason="input-error", role=item.role, replicas=item.replicas,
+                                message=f"could not be decided: internal error ({type(err).__name__}: {err})",
+                                error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
             results.append(result)
     return results
 
@@ -127,7 +134,8 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Resu
             suffix = f"{item.role}-{replica}".lower().replace(" ", "-").replace(":", "").replace("/", "-")
             meta["name"] = f"{str(base).rstrip('-')}-{suffix if item.role else replica}"
         if item.family:  # the labels the workload's controller sets on each pod it creates
-            meta["labels"] = {**(meta.get("labels") or {}), **controllers.pod_labels(
+            labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+            meta["labels"] = {**labels, **controllers.pod_labels(
                 item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
         pod["metadata"] = meta
         mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)

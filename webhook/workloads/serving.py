@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import workload as labels
-from .model import Builder, Context, count, mapping
+from .model import Builder, Context, count, mapping, sequence
 
 # Component fields that are KServe's, not the pod's
 _EXTENSION = {
@@ -31,9 +31,7 @@ def _component_pod(b: Builder, component: Mapping[str, Any], path: str) -> tuple
     frameworks = [name for name in FRAMEWORKS if component.get(name) is not None]
     if len(frameworks) > 1:
         raise b.doc.error(path, f"names {len(frameworks)} frameworks ({', '.join(frameworks)}); a component has one")
-    containers = list(spec.get("containers") or [])
-    if not isinstance(spec.get("containers", []), list):
-        mapping(b.doc, spec.get("containers"), f"{path}.containers")
+    containers = list(sequence(b.doc, spec.get("containers"), f"{path}.containers", required=False))
     if frameworks:
         name = frameworks[0]
         fields = mapping(b.doc, component[name], f"{path}.{name}")

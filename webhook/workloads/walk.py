@@ -18,10 +18,16 @@ def _is_pod_spec(value: Any) -> bool:
             and all(isinstance(c, Mapping) and "image" in c for c in containers))
 
 
-def find(node: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-    """(path, {metadata, spec} template, the mapping holding it) for each pod template or pod spec."""
-    if depth > _MAX_DEPTH:
+def find(node: Any, path: str = "", depth: int = 0,
+         seen: set[int] | None = None) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(path, {metadata, spec} template, the mapping holding it) for each pod template or pod spec.
+
+    Each object is visited once: YAML aliases can make a value appear many times, or contain itself."""
+    seen = set() if seen is None else seen
+    if depth > _MAX_DEPTH or id(node) in seen:
         return
+    if isinstance(node, (Mapping, list)):
+        seen.add(id(node))
     if isinstance(node, Mapping):
         template = node.get("template")
         if isinstance(template, Mapping) and isinstance(template.get("spec"), Mapping) and isinstance(
@@ -37,10 +43,10 @@ def find(node: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Mappi
         for key, value in others.items():
             if depth == 0 and key in ("metadata", "status"):
                 continue
-            yield from find(value, f"{path}.{key}", depth + 1)
+            yield from find(value, f"{path}.{key}", depth + 1, seen)
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from find(value, f"{path}[{index}]", depth + 1)
+            yield from find(value, f"{path}[{index}]", depth + 1, seen)
 
 
 def walk(b: Builder) -> bool:

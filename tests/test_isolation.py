@@ -390,3 +390,34 @@ def test_check_reads_config_maps_from_cluster_files(tmp_path: Any) -> None:
     (tmp_path / "bad.yaml").write_text("kind: ConfigMap\nmetadata: {name: x}\ndata: [1, 2]\n")
     with pytest.raises(UserError, match=r"bad\.yaml: document 0: field data: expected a mapping"):
         load_cluster([str(tmp_path / "bad.yaml")])
+
+
+# --------------------------------------------------------------------------- real manifests
+
+NEW_RULES = {"isolation-env", "isolation-env-from", "isolation-hostpath", "gpu-reachable", "ephemeral-resources"}
+
+
+def test_real_manifests_are_not_refused_by_the_isolation_rules() -> None:
+    from pathlib import Path
+
+    from webhook.manifests import load_documents
+    from webhook.workloads import Workload, workloads
+
+    snap = snapshot(*(node(f"h{i}", H100, 8) for i in range(4)))
+    reasons: dict[str, str] = {}
+    for path in sorted((Path(__file__).parent / "fixtures" / "manifests").glob("*.y*ml")):
+        for w in workloads(load_documents([str(path)])):
+            if not isinstance(w, Workload):
+                continue
+            p = copy.deepcopy(dict(w.pod))
+            p.setdefault("metadata", {})["namespace"] = "team-a"  # as if every one ran in a managed namespace
+            mutated, final, validated = chain(p, snap)
+            reasons[path.name] = mutated.reason
+            assert mutated.reason not in NEW_RULES, (path.name, mutated.message)
+            if mutated.allowed:
+                assert validated.allowed, (path.name, validated.message)
+    # The one privileged GPU container was refused before these rules too; the device plugin DaemonSet,
+    # which tolerates the GPU taint and asks for no GPU, would see none if it ran in a managed namespace.
+    assert reasons["gke-samples-demos-vit-training-example-spec-gcs.yaml"] == "isolation-privileged"
+    assert reasons["nvidia-k8s-device-plugin-deployments-static-nvidia-device-plugin.yml"] == "neutralised"
+    assert sum(r == "admitted" for r in reasons.values()) >= 18

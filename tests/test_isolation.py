@@ -421,3 +421,13 @@ def test_real_manifests_are_not_refused_by_the_isolation_rules() -> None:
     assert reasons["gke-samples-demos-vit-training-example-spec-gcs.yaml"] == "isolation-privileged"
     assert reasons["nvidia-k8s-device-plugin-deployments-static-nvidia-device-plugin.yml"] == "neutralised"
     assert sum(r == "admitted" for r in reasons.values()) >= 18
+
+
+def test_a_node_whose_toolkit_ignores_the_variable_needs_no_void_but_still_refuses_privileged() -> None:
+    closed = dataclasses.replace(node("h2", H100, 8), toolkit_envvar=False)
+    snap = dataclasses.replace(snapshot(closed), config_maps=CONFIG_MAPS)
+    decision, _, validated = chain(cpu_pod(nodeName="h2"), snap)
+    assert (decision.allowed, decision.patch, validated.allowed) == (True, (), True)
+    privileged = {"name": "agent", "image": "x", "securityContext": {"privileged": True}}
+    refused = admit.mutate(cpu_pod(privileged, nodeName="h2"), snap, Policy())
+    assert (refused.allowed, refused.reason) == (False, "isolation-privileged")

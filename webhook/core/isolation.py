@@ -116,9 +116,10 @@ def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_po
 # ------------------------------------------------------------------------------------------ reach
 
 
-def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> list[str]:
+def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, privileged: bool = False) -> list[str]:
     """Why a pod that asks for no GPU could still get one: a GPU RuntimeClass (the NVIDIA hook honours
-    the image's NVIDIA_VISIBLE_DEVICES), the GPU taint tolerated, or a GPU node named in spec.nodeName."""
+    the image's NVIDIA_VISIBLE_DEVICES), the GPU taint tolerated, or a GPU node named in spec.nodeName.
+    `privileged`: for a privileged container, which sees every device node whatever the toolkit says."""
     spec = mapping_of(pod.get("spec"))
     reasons: list[str] = []
     runtime = spec.get("runtimeClassName")
@@ -129,7 +130,7 @@ def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> list[st
         node = snapshot.nodes.get(node_name)
         if node is None:
             reasons.append(f"spec.nodeName {node_name}, a node the webhook does not know")
-        elif node.gpus and node.toolkit_envvar is not False:
+        elif node.gpus and (privileged or node.toolkit_envvar is not False):
             # A node whose toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers (its agent says
             # so: node_routes.py) gives no GPU through the image's variable: nothing to neutralise there.
             reasons.append(f"spec.nodeName {node_name}, a GPU node")
@@ -219,15 +220,16 @@ def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapsh
     violations, _ = env_from(spec, request.namespace, snapshot, gpu_pod=False)
     if violations:
         return _deny(403, violations[0].rule, "; ".join(v.message for v in violations))
+    privileged = _privileged(spec, ("containers", "initContainers"))
+    if privileged and (found := reach(pod, snapshot, policy, privileged=True)):
+        return _deny(403, "isolation-privileged",
+                     f"{privileged[0]} is privileged and the pod can reach a GPU node ({', '.join(found)}): a "
+                     "privileged container sees every GPU of the node; set securityContext.privileged: false "
+                     "or remove that")
     reasons = reach(pod, snapshot, policy)
     if not reasons:
         return None  # cannot land on a (tainted) GPU node: whatever its image says, no GPU is there
     why = ", ".join(reasons)
-    privileged = _privileged(spec, ("containers", "initContainers"))
-    if privileged:
-        return _deny(403, "isolation-privileged",
-                     f"{privileged[0]} is privileged and the pod can reach a GPU node ({why}): a privileged "
-                     "container sees every GPU of the node; set securityContext.privileged: false or remove that")
     if policy.non_gpu_access == "deny":
         return _deny(403, "gpu-reachable",
                      f"asks for no GPU but can reach one ({why}), which bypasses GPU admission: remove that, or "

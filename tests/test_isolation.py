@@ -431,3 +431,24 @@ def test_a_node_whose_toolkit_ignores_the_variable_needs_no_void_but_still_refus
     privileged = {"name": "agent", "image": "x", "securityContext": {"privileged": True}}
     refused = admit.mutate(cpu_pod(privileged, nodeName="h2"), snap, Policy())
     assert (refused.allowed, refused.reason) == (False, "isolation-privileged")
+
+
+def test_a_container_using_a_dra_claim_is_not_neutralised_but_its_sidecar_is() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from webhook.core import dra
+
+    claims = [d for d in yaml.safe_load_all((Path(__file__).parent / "fixtures" / "dra" / "claims.yaml").read_text())
+              if d]
+    templates = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in claims
+                 if d["kind"] == "ResourceClaimTemplate"}
+    snap = dataclasses.replace(snapshot(node("h1", H100, 8)), claim_templates=templates)
+    p = pod(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gpu-claim-template"}])
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    p["spec"]["containers"].append({"name": "sidecar", "image": "nvcr.io/nvidia/cuda:12.4.1-base"})
+    decision, final, validated = chain(p, snap)
+    assert decision.allowed and validated.allowed, decision.message
+    assert VOID not in final["spec"]["containers"][0].get("env", [])  # its GPUs come through CDI
+    assert final["spec"]["containers"][1]["env"] == [VOID]

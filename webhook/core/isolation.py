@@ -273,8 +273,15 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
 def sidecar_targets(request: PodRequest) -> list[tuple[str, int]]:
     """Containers of a GPU pod that get no GPU: on a GPU node, their image's NVIDIA_VISIBLE_DEVICES=all
     would show them every GPU of the node."""
-    return [("initContainers" if c.init else "containers", c.index) for c in request.containers
-            if c.gpu is None or c.gpu.count <= 0]
+    spec = mapping_of(request.raw.get("spec"))
+    targets = []
+    for c in request.containers:
+        key = "initContainers" if c.init else "containers"
+        items = list_of(spec.get(key))
+        raw = mapping_of(items[c.index]) if c.index < len(items) else {}
+        if (c.gpu is None or c.gpu.count <= 0) and not mapping_of(raw.get("resources")).get("claims"):
+            targets.append((key, c.index))  # a container using a DRA claim gets its GPUs through CDI
+    return targets
 
 
 def sidecar_ops(pod: Mapping[str, Any], request: PodRequest) -> list[dict[str, Any]]:

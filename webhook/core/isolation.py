@@ -51,34 +51,6 @@ def env_from_keys(data: object) -> frozenset[str]:
     return frozenset(keys) if keys else EMPTY
 
 
-def _sources(where: str, container: Mapping[str, Any], namespace: str, snapshot: Snapshot
-             ) -> Iterator[tuple[str, str | None]]:
-    """(variable or problem, unresolved source) for each envFrom entry of one container:
-    ("NAME", None) for an isolation variable a ConfigMap sets, ("", "Secret 'x'") for what is unseen,
-    ("!message", None) for a prefix that is refused by itself."""
-    known = snapshot.config_maps.get(namespace, {})
-    for entry in list_of(container.get("envFrom")):
-        source = mapping_of(entry)
-        prefix = source.get("prefix")
-        prefix = prefix if isinstance(prefix, str) else ""
-        if prefix.startswith(ISOLATION_PREFIXES):
-            yield f"!{where} takes envFrom with prefix {prefix}, which names the GPU limit layer's variables; " \
-                  "use another prefix", None
-            continue
-        config = mapping_of(source.get("configMapRef"))
-        secret = mapping_of(source.get("secretRef"))
-        name = config.get("name") if config else secret.get("name")
-        if not isinstance(name, str):
-            continue
-        if config and name in known:
-            for key in known[name]:
-                if is_isolation_env(prefix + key):
-                    yield prefix + key, None
-            continue
-        kind = "ConfigMap" if config else "Secret"
-        yield "", f"{kind} {name!r}"
-
-
 def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "initContainers")
                 ) -> Iterator[tuple[str, int, str, Mapping[str, Any]]]:
     """(list key, index, label, container) of the given lists."""
@@ -95,21 +67,35 @@ def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "
 def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
              kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
              ) -> tuple[list[Violation], list[str]]:
-    """What the pod's envFrom sets that it must not (violations), and the sources it cannot read."""
+    """What the pod's envFrom sets that it must not (violations), and the sources the webhook cannot read
+    (Secrets, ConfigMaps the snapshot does not hold)."""
     violations: list[Violation] = []
     unresolved: list[str] = []
+    known = snapshot.config_maps.get(namespace, {})
     for _, _, where, container in _containers(spec, kinds):
-        for variable, source in _sources(where, container, namespace, snapshot):
-            if source is not None:
-                unresolved.append(f"{where} reads {source}")
-            elif variable.startswith("!"):
-                violations.append(Violation("isolation-env", 403, variable[1:]))
-            elif variable not in GPU_POD_ONLY_ENV or gpu_pod:
+        for entry in list_of(container.get("envFrom")):
+            source = mapping_of(entry)
+            given = source.get("prefix")
+            prefix = given if isinstance(given, str) else ""
+            if prefix.startswith(ISOLATION_PREFIXES):
                 violations.append(Violation(
-                    "isolation-env", 403,
-                    f"{where} takes {variable} from a ConfigMap through envFrom, which bypasses GPU isolation "
-                    "(" + ISOLATION_ENV.get(variable, "the GPU limit layer").split(":")[0] + "); remove that key "
-                    "and ask for GPUs in resources.limits"))
+                    "isolation-env", 403, f"{where} takes envFrom with prefix {prefix}, which names the GPU limit "
+                    "layer's variables; use another prefix"))
+                continue
+            config, secret = mapping_of(source.get("configMapRef")), mapping_of(source.get("secretRef"))
+            name = config.get("name") if config else secret.get("name")
+            if not isinstance(name, str):
+                continue
+            if not config or name not in known:
+                unresolved.append(f"{where} reads {'ConfigMap' if config else 'Secret'} {name!r}")
+                continue
+            for variable in sorted(prefix + key for key in known[name]):
+                if is_isolation_env(variable) and (variable not in GPU_POD_ONLY_ENV or gpu_pod):
+                    layer = ISOLATION_ENV.get(variable, "the GPU limit layer:").split(":")[0]
+                    violations.append(Violation(
+                        "isolation-env", 403, f"{where} takes {variable} from ConfigMap {name!r} through envFrom, "
+                        f"which bypasses GPU isolation ({layer}); remove that key and ask for GPUs in "
+                        "resources.limits"))
     return violations, unresolved
 
 

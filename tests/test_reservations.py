@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes.client import V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
-from webhook.cluster.cache import ClusterCache
+from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import ApiStore, InProcessStore, Ledger, Reservation
 from webhook.cluster.source import LiveSource, with_reservations
 from webhook.core.model import Allocation, Decision, GpuUsage, NodeUsage, Snapshot, TopologyClass, Usage
@@ -71,7 +71,9 @@ def cluster_cache(used: int, quota: int = 8, clock: Callable[[], float] = lambda
         ],
     )
     cache.replace("pods", [running(f"old-{i}", 1) for i in range(used)])
-    for kind in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
+    for kind in KINDS:
+        if kind not in ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods"):
+            cache.replace(kind, [])  # listed, none here (DRA claims, ...)
         cache.heard(kind)
     return cache
 
@@ -330,7 +332,7 @@ def test_an_unsynced_cache_is_not_ready_and_refuses() -> None:
     source = LiveSource(cache)
     assert source.ready() == (
         False,
-        "watch cache not synced yet (waiting for: gpuinventories, namespaces, resourcequotas, pods)",
+        f"watch cache not synced yet (waiting for: {', '.join(k for k in KINDS if k != 'nodes')})",
     )
     decision = source.commit("pod-a", "team-a", quota_decider(), dry_run=False)
     assert (decision.allowed, decision.code, decision.reason) == (False, 503, "not-synced")
@@ -354,6 +356,10 @@ def test_fifty_mutated_pods_validated_concurrently_fill_the_demo_quota_exactly()
     for kind, plural in kinds.items():
         cache.replace(plural, [o for o in objects if o["kind"] == kind])
         cache.heard(plural)
+    for plural in set(KINDS) - set(kinds.values()):
+        cache.replace(plural, [])  # the demo cluster has none (DRA claims, ...)
+        cache.heard(plural)
+    assert cache.synced(), cache.unsynced()
     source = LiveSource(cache)
     policy = Policy()
     # team-a: 8 GPUs and 600000 MiB allowed, 5 GPUs and 334236 MiB in use: room for 3 whole H100s.

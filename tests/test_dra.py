@@ -352,3 +352,23 @@ def test_running_pods_are_counted_with_the_policys_device_classes() -> None:
     assert "team-a" not in cache.snapshot().namespace_usage
     classes[0] = ("sriov.example.com",)  # the policy was reloaded: the next snapshot counts with it
     assert cache.snapshot().namespace_usage["team-a"].gpus == 1
+
+
+def test_check_reads_claim_templates_written_next_to_the_workload(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.cli import main
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER_FILE)
+    jobset = FIXTURES / "jobset-site-static-examples-workload-aware-scheduling-dra-jobset.yaml"
+    code = main(["check", "--cluster", str(cluster), "--namespace", "team-a", "-o", "json",
+                 str(FIXTURES / "claims.yaml"), str(jobset)])
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert code == 1
+    assert [r["kind"] for r in results if not r.get("skipped")] == ["JobSet"]
+    assert "requests.nvidia.com/gpu used 4, asked 2, limit 5" in results[-1]["message"]
+    # Without the template the workers' claims cannot be counted: refused, saying so.
+    main(["check", "--cluster", str(cluster), "--namespace", "team-a", "-o", "json", str(jobset)])
+    (alone,) = json.loads(capsys.readouterr().out)["results"]
+    assert alone["allowed"] is False and "ResourceClaimTemplate team-a/gpu-claim-template is not known" in alone[
+        "message"]

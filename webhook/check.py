@@ -187,6 +187,7 @@ DEMO_BANNER = (
 
 def run(args: argparse.Namespace) -> int:
     from .check_report import exit_code, render_json, render_junit, render_text
+    from .cluster.files import with_manifest_claims
     from .cluster.translate import build_snapshot
     from .errors import UserError
     from .manifests import read_all
@@ -198,7 +199,10 @@ def run(args: argparse.Namespace) -> int:
         snapshot = build_snapshot(_cluster_objects(args), dra_classes=policy.dra_device_classes)
     except ValueError as err:
         raise UserError(f"invalid cluster state: {err}") from None
-    results = evaluate(workloads(read_all(args.paths, stdin=sys.stdin)), snapshot, policy, args.namespace)
+    documents = read_all(args.paths, stdin=sys.stdin)
+    # DRA claims and claim templates written next to the workloads count as if they existed already.
+    snapshot = with_manifest_claims(snapshot, documents, args.namespace)
+    results = evaluate(workloads(documents), snapshot, policy, args.namespace)
     if args.output == "json":
         print(render_json(results))
     elif args.output == "junit":

@@ -7,9 +7,11 @@ and field instead of surfacing later as a wrong decision.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
+from webhook.core.model import Claim, Snapshot
 from webhook.errors import UserError
 from webhook.manifests import Document, load_documents, parse_text
 
@@ -70,3 +72,26 @@ def demo_objects() -> list[dict[str, Any]]:
     except OSError as err:  # a broken installation, not a user mistake
         raise UserError(f"the demo cluster is missing from the installed package: {err}") from None
     return cluster_objects(parse_text(text, "webhook/" + DEMO_RESOURCE))
+
+
+def with_manifest_claims(snapshot: Snapshot, documents: Sequence[Any], default_namespace: str) -> Snapshot:
+    """`snapshot` with the ResourceClaims and ResourceClaimTemplates written next to the workloads being
+    checked (a JobSet and its claim template in one file), in the namespace their pods get. A claim that
+    cannot be read is a DocumentError naming its file, document and field."""
+    found: dict[str, dict[str, Claim]] = {"ResourceClaim": {}, "ResourceClaimTemplate": {}}
+    for doc in documents:
+        data = getattr(doc, "data", None)
+        if not isinstance(data, Mapping) or data.get("kind") not in found:
+            continue
+        metadata = data.get("metadata") if isinstance(data.get("metadata"), Mapping) else {}
+        placed = {**data, "metadata": {**metadata, "namespace": metadata.get("namespace") or default_namespace}}
+        try:
+            key, claim = claim_of(placed)
+        except ValueError as err:
+            path, _, detail = str(err).partition(": ")
+            raise doc.error(path, detail) from None
+        found[str(data["kind"])][key] = claim
+    if not found["ResourceClaim"] and not found["ResourceClaimTemplate"]:
+        return snapshot
+    return replace(snapshot, claims={**snapshot.claims, **found["ResourceClaim"]},
+                   claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]}, cache={})

@@ -115,7 +115,10 @@ def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
     """Fill the per-GPU memory and compute the pod left out, as HAMi does unless the policy's defaults
     say otherwise (slices.fill). Depends on the request and the policy only: what else the cluster
     holds never changes a pod's slice."""
-    memory_mib, memory_pct, cores = slices.pod_slice(request, policy)
+    if len(request.containers) > 1:
+        memory_mib, memory_pct, cores = slices.pod_slice(request, policy)
+    else:
+        memory_mib, memory_pct, cores = slices.fill(request.memory_mib, request.memory_pct, request.cores, policy)
     gpu_placement = resolve_gpu_policy(request.gpu_placement, policy.gpu_placement)
     if (memory_mib, memory_pct, cores, gpu_placement) == (
             request.memory_mib, request.memory_pct, request.cores, request.gpu_placement):
@@ -309,7 +312,8 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         assert placement is not None
         fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
         allocation = _allocation(request, placement.best, fallback, policy, snapshot)
-        allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
+        if len(request.containers) > 1:  # several containers may have slices of their own
+            allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
         if placement.best is None:
             if policy.when_full == "deny":
                 return _deny(403, "cluster-full",

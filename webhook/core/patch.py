@@ -70,7 +70,9 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         for e in env:
             if is_mapping(e) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
                 present.add((e["name"], e["value"]))
-        for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
+        memory, cores = allocation.slice_of(c.name) if allocation.containers else (allocation.memory_mib,
+                                                                                  allocation.cores)
+        for name, value in limit_env(backend, c.gpu.count, memory, cores):
             if (name, value) not in present:
                 env.append({"name": name, "value": value})
         ops += _set((*_base(c), "env"), existing, env)

@@ -40,8 +40,9 @@ def pod_slice(request: PodRequest, policy: Policy) -> Slice:
     """What placement reserves on each of the pod's GPUs: the filled slice of a one-container pod, else
     the largest of each figure over the containers' filled slices (MiB and % both kept when containers
     gave different forms: placement takes the larger on each card)."""
-    gpus = [c.gpu for c in request.containers if c.gpu is not None and c.gpu.count > 0]
-    if len(gpus) <= 1 or request.memory_mib is None and request.memory_pct is None and request.cores is None:
+    whole = request.memory_mib is None and request.memory_pct is None and request.cores is None
+    gpus = [c.gpu for c in request.containers if c.gpu is not None and c.gpu.count > 0] if not whole else []
+    if len(gpus) <= 1:
         return fill(request.memory_mib, request.memory_pct, request.cores, policy)  # one slice, or whole cards
     filled = [fill(g.memory_mib, g.memory_pct, g.cores, policy) for g in gpus]
     memory_mib = max((f[0] for f in filled if f[0] is not None), default=None)
@@ -62,6 +63,8 @@ def on_card(given: Slice, card: int) -> tuple[int, int]:
 def per_container(request: PodRequest, allocation: Allocation, card: int, policy: Policy) -> Allocation:
     """The allocation with each GPU container's own slice recorded, when they are not all the pod's.
     A container asking for whole cards on cards the pod holds whole gets the card."""
+    if card <= 0 or len(request.containers) == 1:
+        return allocation  # one container: its slice is the pod's (the usual pod)
     own: list[tuple[str, bool, int, int, int]] = []
     differ = False
     for c in request.containers:
@@ -73,7 +76,7 @@ def per_container(request: PodRequest, allocation: Allocation, card: int, policy
         memory, cores = min(memory, allocation.memory_mib), min(cores, allocation.cores)
         differ = differ or (memory, cores) != (allocation.memory_mib, allocation.cores)
         own.append((c.name, c.init, g.count, memory, cores))
-    if not differ or card <= 0:
+    if not differ:
         return allocation
     return Allocation(allocation.node, allocation.gpus, allocation.gpu_count, allocation.memory_mib,
                       allocation.cores, allocation.vendor, allocation.model, allocation.topology, allocation.loss,

@@ -206,7 +206,8 @@ def _extended(pod_spec: Mapping[str, Any], names: tuple[str, ...]) -> int:
 
 def names_claims(pod: Mapping[str, Any]) -> bool:
     """A pod naming DRA claims: it must reach the decision, whatever its containers ask."""
-    return bool(list_of(mapping_of(pod.get("spec")).get("resourceClaims")))
+    spec = pod.get("spec")
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
 def may_use_gpu(pod: Mapping[str, Any]) -> bool:

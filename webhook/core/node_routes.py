@@ -34,8 +34,8 @@ def device_list_mounts(pod: Mapping[str, Any]) -> list[str]:
             container = mapping_of(raw)
             for mount in list_of(container.get("volumeMounts")):
                 path = mapping_of(mount).get("mountPath")
-                if not isinstance(path, str) or not path:
-                    continue
+                if not isinstance(path, str) or "nvidia-container-devices" not in path:
+                    continue  # the usual mount: one substring test, no path normalising
                 clean = posixpath.normpath("/" + path.lstrip("/"))
                 if any(clean == root or clean.startswith(root + "/") for root in DEVICE_LIST_ROOTS):
                     name = container.get("name")

@@ -345,6 +345,7 @@ def test_ordinary_kubectl_debug_passes_with_no_gpu_of_its_own() -> None:
         ({"env": [{"name": "LD_PRELOAD", "value": "/x.so"}]}, "isolation-env"),
         ({"envFrom": [{"configMapRef": {"name": "escape"}}]}, "isolation-env"),
         ({"securityContext": {"privileged": True}}, "isolation-privileged"),
+        ({"resources": {"limits": {"nvidia.com/gpu": "1"}}}, "ephemeral-resources"),
     ],
 )
 def test_ephemeral_containers_are_held_to_the_isolation_rules(debug: dict[str, Any], reason: str) -> None:

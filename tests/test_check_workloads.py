@@ -87,8 +87,9 @@ def test_volcano_job_is_decided_not_an_abort(cluster: str, capsys) -> None:
     code, out = check(capsys, "--cluster", cluster, "-o", "json", str(WRITTEN / "volcano-job-gpu.yaml"))
     report = json.loads(out)
     assert code == 0
-    assert [(r["kind"], r["name"], r["role"], r["replicas"]) for r in report["results"]] == [
-        ("Job", "tf-dist", "ps", 1), ("Job", "tf-dist", "worker", 3), ("Job", "eval", "", 2)]
+    assert [(r["kind"], r["group"], r["name"], r["role"], r["replicas"]) for r in report["results"]] == [
+        ("Job", "batch.volcano.sh", "tf-dist", "ps", 1), ("Job", "batch.volcano.sh", "tf-dist", "worker", 3),
+        ("Job", "batch", "eval", "", 2)]
     assert report["results"][1]["allocation"]["gpuCount"] == 2
 
 
@@ -107,7 +108,7 @@ def test_mixed_file_text(cluster: str, capsys) -> None:
         "spec.template.spec.replicatedJobs)",
         "SKIP   Service ml/svc: Service runs no pods",
         "SKIP   Namespace ml: Namespace runs no pods",
-        "ALLOW  Job ml/vc: worker: node h100-0, 1 GPU x 81559 MiB/100%, single",
+        "ALLOW  Job (batch.volcano.sh) ml/vc: worker: node h100-0, 1 GPU x 81559 MiB/100%, single",
         "2 allowed, 0 denied, 3 input errors, 2 skipped",
     ]
     assert f"[{MIXED}:2]" in out.splitlines()[2]

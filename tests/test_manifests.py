@@ -88,10 +88,12 @@ EXPECTED: dict[str, list[tuple[object, ...]]] = {
         ("Pod", "gpu-sharing", None, 1, False, ("nvidia", 1, 2000, None, None, True, ()))
     ],
     "kai-scheduler-docs-gpu-sharing-gpu-sharing.yaml": [
-        ("Pod", "gpu-sharing", None, 1, False, ("nvidia", 1, None, 50, None, True, ()))  # a memory share, no compute cap
+        # a memory share, no compute cap
+        ("Pod", "gpu-sharing", None, 1, False, ("nvidia", 1, None, 50, None, True, ()))
     ],
     "kai-scheduler-docs-gpu-sharing-mps-gpu-sharing-with-mps.yaml": [
-        ("Pod", "gpu-sharing-with-mps", None, 1, False, ("nvidia", 1, None, 50, None, True, ()))  # a memory share, no compute cap
+        # a memory share, no compute cap
+        ("Pod", "gpu-sharing-with-mps", None, 1, False, ("nvidia", 1, None, 50, None, True, ()))
     ],
     "kueue-site-examples-dra-sample-dra-extended-resource-job.yaml": [
         ("Job", "sample-dra-extended-job-", "default", 1, False, ("", 0, None, None, None, False, ()))

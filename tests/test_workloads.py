@@ -17,6 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
 PUBLIC, WRITTEN = FIXTURES / "public", FIXTURES / "written"
 TORCHTUNE = PUBLIC / "trainer-manifests-base-runtimes-torchtune-llama3_2-llama3_2_1B.yaml"
 
+VOLCANO_IN_ARGO = "submit-volcano-job: Job (batch.volcano.sh) argo-parameter "  # {{...}} name: a placeholder
 # file -> per result: (kind, name, role, pods, GPUs per pod) | ("skip", kind) | ("error", kind, field)
 PUBLIC_EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     "jobset-site-static-examples-argo-workflow-workflow.yaml": [
@@ -117,8 +118,8 @@ PUBLIC_EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     ],
     "volcano-example-integrations-argo-mpi-hello-world.yaml": [
         ("WorkflowTemplate", "volcano-mpi-hello", "follow-master-logs", 1, 0),
-        ("WorkflowTemplate", "volcano-mpi-hello", "submit-volcano-job: Job argo-parameter mpimaster", 1, 0),
-        ("WorkflowTemplate", "volcano-mpi-hello", "submit-volcano-job: Job argo-parameter mpiworker", 2, 0),
+        ("WorkflowTemplate", "volcano-mpi-hello", VOLCANO_IN_ARGO + "mpimaster", 1, 0),
+        ("WorkflowTemplate", "volcano-mpi-hello", VOLCANO_IN_ARGO + "mpiworker", 2, 0),
     ],
 }
 

@@ -54,11 +54,12 @@ class Result:
     walked: bool = False  # found by walking a kind check does not know
     error: bool = False  # an input error: the document could not be read or decided (exit code 2)
     error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
+    group: str = ""  # API group of a decided workload: text writes "Job (batch.volcano.sh)"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "kind": self.kind, "name": self.name, "namespace": self.namespace,
-            "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
+            "group": self.group, "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
             "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
             "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
             "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
@@ -121,7 +122,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Resu
     from .core.state import with_allocation
 
     result = Result(item.source, item.kind, item.name, namespace, replicas=item.replicas, role=item.role,
-                    notes=list(item.notes), walked=item.walked)
+                    notes=list(item.notes), walked=item.walked, group=item.group)
     owner_kind, owner_name = item.controller
     pods = max(item.replicas, 1)
     for replica in range(pods):

@@ -34,8 +34,11 @@ def summary(results: Sequence[Result]) -> dict[str, int]:
 
 def target(r: Result) -> str:
     """"PyTorchJob ml/train: Worker x4", "Pod team-a/p", "Namespace ml" (cluster-scoped)."""
+    from .workloads import display_kind
+
     name = r.name or "(unnamed)"
-    text = f"{r.kind or '(no kind)'} " + (f"{r.namespace}/{name}" if r.namespace else name)
+    kind = display_kind(r.group, r.kind) if r.group else r.kind
+    text = f"{kind or '(no kind)'} " + (f"{r.namespace}/{name}" if r.namespace else name)
     if r.role:
         text += f": {r.role}"
     if r.replicas > 1:

@@ -83,6 +83,13 @@ def _identity(doc: Document) -> tuple[str, str, str | None]:
     return str(kind), name, namespace
 
 
+def display_kind(group: str, kind: str) -> str:
+    """The kind as users tell it apart: "Job (batch.volcano.sh)" where a core kind has the same name."""
+    if kind in _CORE and group not in _CORE_GROUPS.get(kind, ("apps", "extensions")):
+        return f"{kind} ({group})"
+    return kind
+
+
 def is_cluster_scoped(group: str | None, kind: str) -> bool:
     return kind in CLUSTER_SCOPED or (kind.startswith("Cluster") and kind != "ClusterIP")
 
@@ -101,9 +108,9 @@ def pod_templates(doc: Document, ctx: Context | None = None) -> list[Workload] |
     cluster_scoped = is_cluster_scoped(group, kind)
     if cluster_scoped and kind != "ClusterWorkflowTemplate":
         namespace = None
-    b = Builder(doc, kind, name, namespace)
+    b = Builder(doc, kind, name, namespace, group=group or "")
     if group == "argoproj.io" and kind in ARGO_KINDS:
-        skipped = argo.workflow(b, ctx, pod_templates)
+        skipped = argo.workflow(b, ctx, pod_templates, display_kind)
     elif (group, kind) in KINDS:
         handler, b.family = KINDS[(group or "", kind)]
         if kind == "MPIJob" and str(doc.data.get("apiVersion", "")).endswith("/v2beta1"):
@@ -175,4 +182,4 @@ def _safe_identity(doc: Document) -> tuple[str, str, str | None]:
 
 
 __all__ = ["Workload", "Skipped", "Problem", "Result", "Context", "pod_templates", "workloads", "context", "group_of",
-           "is_cluster_scoped"]
+           "is_cluster_scoped", "display_kind"]

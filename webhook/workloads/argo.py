@@ -46,7 +46,7 @@ def _metadata(workflow: Mapping[str, Any], template: Mapping[str, Any]) -> dict[
     return meta
 
 
-def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, decide: Any) -> None:
+def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, decide: Any, display: Any) -> None:
     templates = sequence(b.doc, spec.get("templates"), f"{path}.templates")
     for index, template in enumerate(templates):
         at_path = f"{path}.templates[{index}]"
@@ -64,7 +64,7 @@ def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, 
             containers = list(sequence(b.doc, at(template, "containerSet", "containers"),
                                        f"{at_path}.containerSet.containers"))
         elif isinstance(template.get("resource"), Mapping):
-            _resource(b, ctx, template["resource"], f"{at_path}.resource", role, decide)
+            _resource(b, ctx, template["resource"], f"{at_path}.resource", role, decide, display)
             continue
         else:
             continue  # steps, dag, suspend, http, plugin: run no pod of their own
@@ -73,7 +73,8 @@ def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, 
               family=labels.ARGO, notes=(NOTE,))
 
 
-def _resource(b: Builder, ctx: Context, resource: Mapping[str, Any], path: str, role: str, decide: Any) -> None:
+def _resource(b: Builder, ctx: Context, resource: Mapping[str, Any], path: str, role: str, decide: Any,
+              display: Any) -> None:
     """A resource template that creates an object: decided as that object, roles prefixed by the template."""
     manifest = resource.get("manifest")
     if resource.get("action", "create") not in ("create", "apply") or not isinstance(manifest, str):
@@ -98,7 +99,7 @@ def _resource(b: Builder, ctx: Context, resource: Mapping[str, Any], path: str, 
     name = at(embedded, "metadata", "name") or at(embedded, "metadata", "generateName") or ""
     for found in result:
         assert isinstance(found, Workload)
-        inner_role = f"{kind} {name}" + (f" {found.role}" if found.role else "")
+        inner_role = f"{display(found.group, str(kind))} {name}" + (f" {found.role}" if found.role else "")
         b.found.append(Workload(
             b.doc.source, b.kind, b.name, b.namespace if found.namespace is None else found.namespace, found.pod,
             found.replicas, found.per_node, pointer(f"{path}.manifest") + found.template_path, f"{role}: {inner_role}",
@@ -108,7 +109,7 @@ def _resource(b: Builder, ctx: Context, resource: Mapping[str, Any], path: str, 
         ))
 
 
-def workflow(b: Builder, ctx: Context, decide: Any) -> Skipped | None:
+def workflow(b: Builder, ctx: Context, decide: Any, display: Any) -> Skipped | None:
     data = b.doc.data
     spec = mapping(b.doc, data.get("spec"), "spec")
     path = "spec"
@@ -125,7 +126,7 @@ def workflow(b: Builder, ctx: Context, decide: Any) -> Skipped | None:
         raise b.doc.error(f"{path}.workflowTemplateRef",
                           f"cannot decide: its pods come from {kind} {ref.get('name')}, which is not in the "
                           "input; pass that template's manifest too (pod templates in its spec.templates)")
-    workflow_spec(b, ctx, spec, path, decide)
+    workflow_spec(b, ctx, spec, path, decide, display)
     if not b.found:
         return Skipped(b.doc.source, b.kind, b.name, b.namespace,
                        "no container, script, containerSet or resource template: runs no pods")

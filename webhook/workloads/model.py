@@ -28,6 +28,7 @@ class Workload:
     family: str = ""  # controller family (webhook.core.workload) whose labels the pods carry
     group_size: int = 1  # pods per group (LeaderWorkerSet workers, JobSet pods per Job), for their labels
     owner: tuple[str, str] | None = None  # (kind, name) of the object whose controller makes the pods, if not this
+    group: str = ""  # API group of the workload ("" for the core group)
 
     @property
     def controller(self) -> tuple[str, str]:
@@ -119,6 +120,7 @@ class Builder:
     name: str
     namespace: str | None
     family: str = ""
+    group: str = ""
     found: list[Workload] = field(default_factory=list)
 
     def template(self, value: Any, path: str, replicas: int, role: str = "", **extra: Any) -> Workload:
@@ -142,6 +144,7 @@ class Builder:
             pod_meta["namespace"] = self.namespace
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(dict(spec))}
         extra.setdefault("family", self.family)
+        extra.setdefault("group", self.group)
         workload = Workload(self.doc.source, self.kind, self.name, self.namespace, pod, replicas,
                             template_path=pointer(path), role=role, **extra)
         self.found.append(workload)

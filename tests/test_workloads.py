@@ -410,3 +410,16 @@ def test_component_containers_must_be_a_list() -> None:
     with pytest.raises(UserError, match="field spec.predictor.containers: expected a list, got a mapping"):
         one({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "i"},
              "spec": {"predictor": {"containers": {"name": "c"}}}})
+
+
+def test_elastic_pytorchjob_workers_are_decided_at_their_starting_replicas() -> None:
+    [worker] = one({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "e"},
+                    "spec": {"elasticPolicy": {"minReplicas": 1, "maxReplicas": 8},
+                             "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": POD}}}})
+    assert (worker.replicas, worker.notes) == (2, ("elastic (1..8 workers): decided at the replicas it starts with",))
+
+
+def test_an_inline_pod_spec_needs_images_to_be_taken_for_one() -> None:
+    found = pod_templates(Document("f.yaml", 0, {"apiVersion": "x.io/v1", "kind": "Schema", "metadata": {"name": "s"},
+                                                 "spec": {"containers": [{"name": "no-image"}]}}))
+    assert isinstance(found, Skipped) and found.reason == "Schema runs no pods"

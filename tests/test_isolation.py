@@ -453,3 +453,20 @@ def test_a_container_using_a_dra_claim_is_not_neutralised_but_its_sidecar_is() -
     assert decision.allowed and validated.allowed, decision.message
     assert VOID not in final["spec"]["containers"][0].get("env", [])  # its GPUs come through CDI
     assert final["spec"]["containers"][1]["env"] == [VOID]
+
+
+def test_the_kubectl_debug_review_fixture_is_neutralised_and_then_admitted() -> None:
+    from server_support import cluster_objects, fixture_review, with_gpu
+
+    from webhook.cluster.translate import build_snapshot
+
+    c = client(build_snapshot(cluster_objects()))
+    for review in (fixture_review("pod-update-ephemeralcontainers-kubectl-debug.json"),
+                   with_gpu(fixture_review("pod-update-ephemeralcontainers-kubectl-debug.json"), 64)):
+        import base64
+        mutated = answer(c, "/mutate", review)
+        ops = json.loads(base64.b64decode(mutated["patch"]))
+        assert ops == [{"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [VOID]}]
+        review["request"]["object"] = jsonpatch.apply_patch(review["request"]["object"], ops)
+        # The pod's own request (even one no node could hold) is not judged again: only the added container.
+        assert answer(c, "/validate", review) == {"uid": review["request"]["uid"], "allowed": True}

@@ -51,6 +51,8 @@ EXPECTED = {
 NAMES = sorted(EXPECTED)
 CREATES = [name for name in NAMES if EXPECTED[name].operation == "CREATE"]
 UPDATES = [name for name in NAMES if EXPECTED[name].operation == "UPDATE"]
+# `kubectl debug`: the containers it adds are decided (tests/test_isolation.py); other UPDATEs are not.
+EPHEMERAL = "pod-update-ephemeralcontainers-kubectl-debug.json"
 ENDPOINTS = ("/mutate", "/validate")
 
 
@@ -130,7 +132,13 @@ def test_each_fixture_gets_the_answer_its_shape_calls_for(name: str, endpoint: s
     review = fixture_review(name)
     response = post(client, endpoint, review)
     decided = EXPECTED[name].operation == "CREATE" and EXPECTED[name].gpu
-    if not decided:  # no GPU, or not a CREATE: allowed untouched
+    if name == EPHEMERAL:  # the debug container gets NVIDIA_VISIBLE_DEVICES=void, and lacks it until then
+        if endpoint == "/mutate":
+            assert patch_of(response) == [{"op": "add", "path": "/spec/ephemeralContainers/0/env",
+                                           "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}]
+        else:
+            assert (response["allowed"], response["status"]["reason"]) == (False, "gpu-reachable")
+    elif not decided:  # no GPU, or not a CREATE: allowed untouched
         assert response == {"uid": review["request"]["uid"], "allowed": True}
     elif endpoint == "/mutate":
         assert response["allowed"] is True and "status" not in response
@@ -175,7 +183,7 @@ def test_the_dry_run_fixture_reserves_once_sent_for_real() -> None:
     assert list(source.reservations()) == ["3e2d1c0b-9a8f-4e7d-8c6b-5a4f3e2d1c0b"]
 
 
-@pytest.mark.parametrize("name", UPDATES)
+@pytest.mark.parametrize("name", [n for n in UPDATES if n != EPHEMERAL])  # a debug container is decided
 def test_updates_are_never_judged_even_of_a_pod_no_node_could_hold(name: str) -> None:
     impossible = with_gpu(fixture_review(name), 64)  # more GPUs than any node: a CREATE of it is refused
     as_create = copy.deepcopy(impossible)

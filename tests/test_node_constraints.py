@@ -14,6 +14,7 @@ from webhook.cluster.translate import build_snapshot
 from webhook.core import admit
 from webhook.core.model import GpuUsage, Node, NodeUsage, Taint
 from webhook.core.nodeconstraints import CORDON, Requirement, Term, Toleration, constraints_of
+from webhook.core.nodereach import Subset
 from webhook.core.placement import NodeIndex, PlacementContext, constraints_for, place
 from webhook.core.policy import NamespaceRule, Policy
 from webhook.core.resources import parse_pod
@@ -368,3 +369,11 @@ def test_a_pod_waiting_for_a_full_cluster_records_the_card_it_can_reach() -> Non
     d = admit.mutate(pod({"nvidia.com/gpu": 1}, nodeSelector={PRODUCT: T4[0]}), snap, Policy())
     assert d.allowed and d.allocation is not None
     assert (d.allocation.node, d.allocation.model, d.allocation.memory_mib) == (None, T4[0], T4[1])
+
+
+@pytest.mark.parametrize("kept", [{"b"}, {"a", "c", "d"}, set(), {"a", "b", "c", "d"}])
+def test_a_subset_stores_the_smaller_side_and_reads_the_same(kept) -> None:
+    names = ("a", "b", "c", "d")
+    subset = Subset(names, kept)
+    assert len(subset) == len(kept) and list(subset) == sorted(kept)
+    assert [n for n in names if n in subset] == sorted(kept)

@@ -8,15 +8,46 @@ label index; placement then filters the names of the few classes it looks at, me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .nodeconstraints import AFFINITY, SELECTOR, TAINT, NodeConstraints
 from .nodeindex import Shape, Statics
 
-_MEMO = 256
+_MEMO = 64  # sets of constraints remembered per node set (each holds at most half the node names)
 _FILTERED = 4096
 _NOTHING: Mapping[str, int] = {}
+
+
+class Subset:
+    """Some of a shape's nodes (`names`, sorted), stored as the smaller of the kept and the excluded
+    names: a memoised reach never holds more than half of the cluster's names."""
+
+    __slots__ = ("_names", "_kept", "_excluded", "_count")
+
+    def __init__(self, names: tuple[str, ...], kept: set[str]) -> None:
+        self._names = names
+        self._count = len(kept)
+        fewer = 2 * len(kept) <= len(names)
+        self._kept = frozenset(kept) if fewer else None
+        self._excluded = None if fewer else frozenset(n for n in names if n not in kept)
+
+    def __contains__(self, name: object) -> bool:
+        if self._excluded is not None:
+            return name not in self._excluded
+        assert self._kept is not None
+        return name in self._kept
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        """In name order."""
+        if self._excluded is not None:
+            excluded = self._excluded
+            return (n for n in self._names if n not in excluded)
+        assert self._kept is not None
+        return iter(sorted(self._kept))
 
 
 @dataclass(eq=False)
@@ -24,13 +55,13 @@ class ShapeReach:
     """`names[shape number]`: the nodes of that shape the pod may use, for the shapes it cannot use whole
     (absent: every node of the shape); `rejected[shape number]`: how many fell out, by reason."""
 
-    names: dict[int, frozenset[str]]
+    names: dict[int, Subset]
     rejected: dict[int, dict[str, int]]
     weights: Mapping[str, int]  # preferred node affinity: summed weights of the terms a node meets
     filtered: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     grouped: dict[int, tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]] = field(default_factory=dict)
 
-    def within(self, names: tuple[str, ...], allowed: frozenset[str]) -> tuple[str, ...]:
+    def within(self, names: tuple[str, ...], allowed: Subset) -> tuple[str, ...]:
         """`names` (a class's, sorted) restricted to `allowed`; memoised by the identity of the tuple,
         which a class keeps for as long as its members do."""
         key = id(names)
@@ -86,7 +117,7 @@ def _compute(statics: Statics, constraints: NodeConstraints) -> ShapeReach | str
     selected = group(reach.by_selector) if reach.by_selector is not None else None
     allowed = group(reach.allowed) if reach.allowed is not None else None
     tainted = group(reach.tainted)
-    names: dict[int, frozenset[str]] = {}
+    names: dict[int, Subset] = {}
     rejected: dict[int, dict[str, int]] = {}
     for shape in statics.shapes:
         n = shape.number
@@ -99,11 +130,11 @@ def _compute(statics: Statics, constraints: NodeConstraints) -> ShapeReach | str
         counts = {SELECTOR: total - by_selector, AFFINITY: by_selector - by_labels, TAINT: len(lost)}
         rejected[n] = {k: v for k, v in counts.items() if v}
         kept = allowed.get(n, set()) if allowed is not None else set(shape.names)
-        names[n] = frozenset(kept - lost)
+        names[n] = Subset(shape.names, kept - lost)
     return ShapeReach(names, rejected, weights)
 
 
-def shape_names(reach: ShapeReach | None, shape: Shape) -> frozenset[str] | None:
+def shape_names(reach: ShapeReach | None, shape: Shape) -> Subset | None:
     """The nodes of `shape` the pod may use, None for all of them."""
     return reach.names.get(shape.number) if reach is not None else None
 

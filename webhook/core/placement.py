@@ -182,7 +182,7 @@ def _candidates(
         if special:
             _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible, 0)
         if eligible is not None:
-            names_here = shape.names if reachable is None else sorted(reachable)
+            names_here = shape.names if reachable is None else list(reachable)
             eligible.extend(n for n in names_here if n not in special) if special else eligible.extend(names_here)
         # Nodes without room for the pod on any GPU are counted, never looked at.
         first = verdict.first_bucket

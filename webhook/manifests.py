@@ -140,7 +140,7 @@ def _chunks(text: str) -> list[tuple[int, int, str]]:
     stream as a whole does not parse, so the documents around a broken one are still read."""
     starts = [m.start() for m in _SEPARATOR.finditer(text)]
     pieces = [(0, text[: starts[0]] if starts else text)] + [
-        (start, text[start : end]) for start, end in zip(starts, [*starts[1:], len(text)], strict=True)
+        (start, text[start:end]) for start, end in zip(starts, [*starts[1:], len(text)][: len(starts)], strict=True)
     ]
     chunks: list[tuple[int, int, str]] = []
     index = 0

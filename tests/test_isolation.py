@@ -470,3 +470,54 @@ def test_the_kubectl_debug_review_fixture_is_neutralised_and_then_admitted() -> 
         review["request"]["object"] = jsonpatch.apply_patch(review["request"]["object"], ops)
         # The pod's own request (even one no node could hold) is not judged again: only the added container.
         assert answer(c, "/validate", review) == {"uid": review["request"]["uid"], "allowed": True}
+
+
+CHECK_CLUSTER = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gpu-1
+    labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory: "81559", nvidia.com/gpu.count: "8"}
+  status:
+    allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "8"}
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: team-a, labels: {gpu-admission.io/enabled: "true"}}
+"""
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer}
+spec:
+  selector: {matchLabels: {app: infer}}
+  template:
+    metadata: {labels: {app: infer}}
+    spec:
+      containers:
+      - name: server
+        image: vllm/vllm-openai
+        envFrom: [{configMapRef: {name: infer-config}}]
+        resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+@pytest.mark.parametrize(("data", "allowed"), [("{MODEL: llama, LOG_LEVEL: info}", True),
+                                               ("{MODEL: llama, NVIDIA_VISIBLE_DEVICES: all}", False)])
+def test_check_reads_config_maps_written_next_to_the_workload(tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                                                             data: str, allowed: bool) -> None:
+    from webhook.cli import main
+
+    (tmp_path / "cluster.yaml").write_text(CHECK_CLUSTER)
+    config = f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: infer-config}}\ndata: {data}\n---\n"
+    (tmp_path / "app.yaml").write_text(config + DEPLOYMENT)
+    main(["check", "--cluster", str(tmp_path / "cluster.yaml"), "--namespace", "team-a", "-o", "json",
+          str(tmp_path / "app.yaml")])
+    (result,) = [r for r in json.loads(capsys.readouterr().out)["results"] if not r.get("skipped")]
+    assert result["allowed"] is allowed, result
+    if allowed:  # read, so no warning about an unread source
+        assert not any("envFrom" in w for w in result.get("warnings", []))
+    else:
+        assert "NVIDIA_VISIBLE_DEVICES from ConfigMap 'infer-config'" in result["message"]

@@ -188,7 +188,7 @@ DEMO_BANNER = (
 
 def run(args: argparse.Namespace) -> int:
     from .check_report import exit_code, render_json, render_junit, render_text
-    from .cluster.files import with_manifest_claims
+    from .cluster.files import with_manifest_claims, with_manifest_config_maps
     from .cluster.translate import build_snapshot
     from .errors import UserError
     from .manifests import read_all
@@ -203,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     documents = read_all(args.paths, stdin=sys.stdin)
     # DRA claims and claim templates written next to the workloads count as if they existed already.
     snapshot = with_manifest_claims(snapshot, documents, args.namespace)
+    snapshot = with_manifest_config_maps(snapshot, documents, args.namespace)  # what their envFrom reads
     results = evaluate(workloads(documents), snapshot, policy, args.namespace)
     if args.output == "json":
         print(render_json(results))

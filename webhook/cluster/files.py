@@ -95,3 +95,26 @@ def with_manifest_claims(snapshot: Snapshot, documents: Sequence[Any], default_n
         return snapshot
     return replace(snapshot, claims={**snapshot.claims, **found["ResourceClaim"]},
                    claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]}, cache={})
+
+
+def with_manifest_config_maps(snapshot: Snapshot, documents: Sequence[Any], default_namespace: str) -> Snapshot:
+    """`snapshot` with the ConfigMaps written next to the workloads being checked (a Deployment and the
+    ConfigMap its envFrom reads, in one file), in the namespace their pods get, reduced as the watch cache
+    reduces them. A ConfigMap that cannot be read is a DocumentError naming its file, document and field."""
+    found: dict[str, dict[str, frozenset[str]]] = {}
+    for doc in documents:
+        data = getattr(doc, "data", None)
+        if not isinstance(data, Mapping) or data.get("kind") != "ConfigMap":
+            continue
+        metadata = data.get("metadata") if isinstance(data.get("metadata"), Mapping) else {}
+        placed = {**data, "metadata": {**metadata, "namespace": metadata.get("namespace") or default_namespace}}
+        try:
+            namespace, name, keys = config_map_of(placed)
+        except ValueError as err:
+            path, _, detail = str(err).partition(": ")
+            raise doc.error(path, detail) from None
+        found.setdefault(namespace, {})[name] = keys
+    if not found:
+        return snapshot
+    merged = {ns: {**snapshot.config_maps.get(ns, {}), **maps} for ns, maps in found.items()}
+    return replace(snapshot, config_maps={**snapshot.config_maps, **merged})

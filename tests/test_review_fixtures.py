@@ -134,8 +134,13 @@ def test_each_fixture_gets_the_answer_its_shape_calls_for(name: str, endpoint: s
     decided = EXPECTED[name].operation == "CREATE" and EXPECTED[name].gpu
     if name == EPHEMERAL:  # the debug container gets NVIDIA_VISIBLE_DEVICES=void, and lacks it until then
         if endpoint == "/mutate":
-            assert patch_of(response) == [{"op": "add", "path": "/spec/ephemeralContainers/0/env",
-                                           "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}]
+            assert patch_of(response) == [
+                {
+                    "op": "add",
+                    "path": "/spec/ephemeralContainers/0/env",
+                    "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                }
+            ]
         else:
             assert (response["allowed"], response["status"]["reason"]) == (False, "gpu-reachable")
     elif not decided:  # no GPU, or not a CREATE: allowed untouched
@@ -205,4 +210,5 @@ def test_the_answer_does_not_depend_on_request_kind_resource_or_subresource(name
     for key in ("requestKind", "requestResource", "requestSubResource"):
         bare["request"].pop(key, None)
     assert bare != review or name == "pod-create-replicaset-controller-eks.connaisseur.json"
-    assert post(app()[0], endpoint, bare) == post(app()[0], endpoint, review)
+    client = app()[0]  # one server: it seals its decision records with its own key
+    assert post(client, endpoint, bare) == post(client, endpoint, review)

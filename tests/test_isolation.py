@@ -521,3 +521,17 @@ def test_check_reads_config_maps_written_next_to_the_workload(tmp_path: Any, cap
         assert not any("envFrom" in w for w in result.get("warnings", []))
     else:
         assert "NVIDIA_VISIBLE_DEVICES from ConfigMap 'infer-config'" in result["message"]
+
+
+def test_a_malformed_host_path_is_not_an_error() -> None:
+    p = cpu_pod(volumes=[{"name": "h", "hostPath": {"path": ["/dev"]}}, {"name": "i", "hostPath": {"path": {}}}])
+    assert not is_device_hostpath(["/dev"]) and not is_gpu_pod(p)
+    assert admit.mutate(p, SNAP, Policy()).allowed
+
+
+def test_malformed_tolerations_and_ephemeral_names_are_not_errors() -> None:
+    p = cpu_pod(tolerations=[{"key": ["nvidia.com/gpu"], "operator": "Exists"}])
+    assert admit.mutate(p, SNAP, Policy()).allowed
+    c = client()
+    review = debug_review(mutated_gpu_pod(), {"name": ["dbg"], "image": "busybox"})
+    assert answer(c, "/mutate", review)["allowed"] is True

@@ -126,7 +126,7 @@ def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, privile
         key = toleration.get("key")
         if not key and toleration.get("operator") == "Exists":
             reasons.append("a toleration of every taint")
-        elif key in keys:
+        elif isinstance(key, str) and key in keys:
             reasons.append(f"a toleration of the {key} taint")
     return reasons
 
@@ -293,10 +293,10 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
     if not is_managed(namespace, snapshot, policy):
         return Decision(True, 200, f"namespace {namespace} is not managed", "not-managed", (), (), None, False, False)
     spec = mapping_of(pod.get("spec"))
-    before = {mapping_of(c).get("name") for c in list_of(mapping_of(mapping_of(old).get("spec"))
-                                                         .get("ephemeralContainers"))}
+    before = {str(mapping_of(c).get("name")) for c in list_of(mapping_of(mapping_of(old).get("spec"))
+                                                              .get("ephemeralContainers"))}
     added = [(key, index, where, c) for key, index, where, c in _containers(spec, ("ephemeralContainers",))
-             if c.get("name") not in before or not c.get("name")]
+             if not c.get("name") or str(c.get("name")) not in before]
     if not added:
         return _allow("no-new-ephemeral")
     gpu_pod = is_gpu_pod(pod)

@@ -251,12 +251,14 @@ def _exposes(normal: str, guarded: str) -> bool:
     return normal == guarded or normal.startswith(guarded + "/") or guarded.startswith(normal.rstrip("/") + "/")
 
 
-@lru_cache(maxsize=1024)
 def is_device_hostpath(path: object) -> bool:
     """A hostPath that is, holds, or lies inside a path of GPU_HOST_PATHS (so `/`, `/dev`, `/run` too),
     compared after normalising. Ordinary data directories (/data, /mnt/datasets, /var/log) are not."""
-    if not isinstance(path, str) or not path:
-        return False
+    return isinstance(path, str) and bool(path) and _exposes_gpu(path)
+
+
+@lru_cache(maxsize=1024)
+def _exposes_gpu(path: str) -> bool:
     normal = normal_host_path(path)
     return any(_exposes(normal, guarded) for guarded in GPU_HOST_PATHS)
 

@@ -17,7 +17,7 @@ from builders import A100, H100, L4, node, pod, snapshot
 
 from webhook.core import admit
 from webhook.core.model import QuotaLimits
-from webhook.core.policy import Policy
+from webhook.core.policy import Policy, parse_policy
 from webhook.core.record import ANNOTATION
 
 CLUSTER = snapshot(node("h1", H100, 8), node("a1", A100, 8, "paired"), node("l1", L4, 2, "none"))
@@ -146,3 +146,21 @@ def test_unmanaged_and_non_gpu_pods_with_a_forged_record_are_what_they_would_be_
         for decide in (admit.mutate, admit.validate):
             d = decide(p, CLUSTER, Policy(), record_key=KEY)
             assert (d.allowed, d.reason, d.patch) == (True, reason, ())
+
+
+@pytest.mark.parametrize("backend", ["hami-core", "mps", "none"])
+@pytest.mark.parametrize(("limits", "scheduler"), [
+    (SLICE, {}),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}, {"schedulerName": "volcano"}),
+    ({"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 3000}, {"schedulerName": "volcano"}),
+])
+def test_every_backend_and_scheduler_seals_and_reinvokes_cleanly(backend: str, limits: dict[str, Any],
+                                                                 scheduler: dict[str, str]) -> None:
+    policy = parse_policy({"defaults": {"backend": backend}})
+    m, patched, v = chain(pod(limits, **scheduler), policy=policy)
+    assert v.allowed and v.allocation == m.allocation
+    assert admit.mutate(patched, CLUSTER, policy, record_key=KEY).patch == ()
+    forged_pod = pod(limits, annotations={ANNOTATION: forged(1, 1)}, **scheduler)
+    forged_m = admit.mutate(forged_pod, CLUSTER, policy, record_key=KEY)
+    assert forged_m.allocation == m.allocation
+    assert apply(forged_pod, forged_m.patch) == apply(pod(limits, **scheduler), m.patch)

@@ -13,7 +13,6 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
-from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import inventory_from_json, toolkit_from_json
 from webhook.core.isolation import env_from_keys
 from webhook.core.model import (
@@ -29,6 +28,7 @@ from webhook.core.model import (
     Taint,
     Usage,
 )
+from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
 from webhook.core.resources import parse_pod

@@ -21,6 +21,7 @@ from .model import Allocation, ContainerRequest, TopologyClass
 ANNOTATION = "gpu-admission.io/allocation"
 SEAL = "seal"
 REQUIRED = "required"
+_SEAL_KEY = f',"{SEAL}":"'
 # Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
 _CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
@@ -159,21 +160,20 @@ class Sealed(NamedTuple):
 
 
 def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
-    """The record of an annotation value whose seal verifies, else why it is not this webhook's."""
+    """The record of an annotation value whose seal verifies, else why it is not this webhook's. The seal
+    covers the exact text before it (what sealed_text wrote), so it is checked before anything is parsed."""
     if not isinstance(raw, str):
         return "it is not a string"
+    at = raw.rfind(_SEAL_KEY)
+    given = raw[at + len(_SEAL_KEY):-2] if at > 0 and raw.endswith('"}') else ""
+    if len(given) != 32 or not given.isascii() or not hmac.compare_digest(given, seal(raw[:at] + "}", shape, key)):
+        return "its seal does not verify: someone other than this webhook wrote or changed it"
     try:
         data = json.loads(raw)
         allocation = allocation_from_json(data)
-    except (ValueError, TypeError, RecursionError) as err:
+    except (ValueError, TypeError, RecursionError) as err:  # sealed, so never: a key that changed meaning
         return f"it is malformed ({err})"
     required = data.get(REQUIRED)
     if required is not None and not isinstance(required, Mapping):
         return f"{REQUIRED}: expected an object"
-    text = canonical(allocation)
-    if required is not None:
-        text = f'{text[:-1]},"{REQUIRED}":{_CANONICAL.encode(required)}}}'
-    given = data.get(SEAL)
-    if not isinstance(given, str) or not given.isascii() or not hmac.compare_digest(given, seal(text, shape, key)):
-        return "its seal does not verify: someone other than this webhook wrote or changed it"
     return Sealed(allocation, required)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from builders import A100, H100, L4, node, pod
+from builders import A100, H100, L4, node, pod, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from webhook.core import admit
 from webhook.core.model import Node, Taint
 from webhook.core.placement import NodeIndex, PlacementContext, commit, constraints_for, place
+from webhook.core.policy import NamespaceRule, Policy
 from webhook.core.resources import parse_pod
 
 TAINTS = (Taint("dedicated", "ml", "NoSchedule"), Taint("spot", "", "NoExecute"), Taint("soft", "", "PreferNoSchedule"),
@@ -159,3 +161,23 @@ def test_chosen_nodes_satisfy_the_pods_constraints_and_every_fitting_node_is_eli
         if found.best is not None:  # take it, so that later pods see a changed cluster
             name = found.best.node
             index.apply(name, commit(index.usage(name), found.best, request, nodes[name]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=clusters(), spec=specs(), gpus=st.sampled_from([1, 2, 4, 8]),
+       allowed_models=st.sampled_from([(), ("H100",), ("L4", "A100")]),
+       policy_tolerations=st.sampled_from([(), (TOLERATIONS[1],)]))
+def test_admission_allocates_only_reachable_nodes_and_refuses_only_the_impossible(
+    nodes, spec, gpus, allowed_models, policy_tolerations
+) -> None:
+    policy = Policy(tolerations=policy_tolerations,
+                    namespaces={"team-a": NamespaceRule(allowed_models=allowed_models)})
+    decision = admit.mutate(pod({"nvidia.com/gpu": gpus}, **spec), snapshot(*nodes.values()), policy)
+    widened = {**spec, "tolerations": [*spec["tolerations"], *policy_tolerations]}
+    possible = {name for name, n in nodes.items() if allowed(n, widened) and len(n.gpus) >= gpus
+                and (not allowed_models or any(m.lower() in n.gpu_model.lower() for m in allowed_models))}
+    if possible:
+        assert decision.allowed, decision.message
+        assert decision.allocation is not None and decision.allocation.node in possible  # an empty cluster
+    else:
+        assert (decision.allowed, decision.code) == (False, 422), decision.message

@@ -148,8 +148,24 @@ def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shap
     pod's affinity (`required`, when it wrote one), and the seal over both, as the last key."""
     text = canonical(allocation)
     if required is not None:
-        text = f'{text[:-1]},"{REQUIRED}":{_CANONICAL.encode(required)}}}'
+        text = f'{text[:-1]},"{REQUIRED}":{_requirement_json(required)}}}'
     return f'{text[:-1]},"{SEAL}":"{seal(text, shape, key)}"}}'
+
+
+def _requirement_json(required: Mapping[str, Any]) -> str:
+    values = required.get("values")
+    if required.keys() == {"key", "operator", "values"} and isinstance(values, list):
+        try:
+            return _requirement_text(required["key"], required["operator"], tuple(values))
+        except TypeError:  # a value that cannot be a cache key
+            pass
+    return _CANONICAL.encode(required)
+
+
+@lru_cache(maxsize=1024)
+def _requirement_text(key: Any, operator: Any, values: tuple[Any, ...]) -> str:
+    """Memoised: one requirement per eligible set, and the encoder costs more than the seal."""
+    return _CANONICAL.encode({"key": key, "operator": operator, "values": list(values)})
 
 
 class Sealed(NamedTuple):

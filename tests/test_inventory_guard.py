@@ -201,7 +201,7 @@ DELETE = object()
         (edit("version", 2), "spec.version: must be 1, got 2"),
         (edit("version", True), "spec.version: must be 1, got True"),
         (edit("pcie", DELETE), "spec.pcie: required"),
-        (edit("extra", 1), "spec.extra: unknown field (known: version, gpus, nvlink, pcie, toolkit)"),
+        (edit("extra", 1), "spec.extra: unknown field (known: version, gpus, nvlink, pcie, toolkit, vendor)"),
         (edit("gpus", {}), "spec.gpus: must be a list, got an object"),
         (edit("gpus.0", "GPU-0"), "spec.gpus[0]: must be an object, got a string"),
         (edit("gpus.0.uuid", DELETE), "spec.gpus[0].uuid: required"),
@@ -218,7 +218,7 @@ DELETE = object()
          "spec.gpus[0].nvlinkRemoteBusIds[0]: must be a non-empty string, got 3"),
         (edit("gpus.0.memoryMib", 1),
          "spec.gpus[0].memoryMib: unknown field (known: index, uuid, model, memoryMiB, numa, healthy, "
-         "migMode, nvlinkRemoteBusIds)"),
+         "migMode, nvlinkRemoteBusIds, migDevices)"),
         (edit("nvlink", [[0, 18]]), "spec.nvlink: must have one row per GPU (2), got 1"),
         (edit("nvlink.1", [18]), "spec.nvlink[1]: must have one entry per GPU (2), got 1"),
         (edit("nvlink.0.0", 4), "spec.nvlink[0][0]: a GPU has no links to itself, must be 0"),

@@ -151,7 +151,7 @@ def test_cpu_and_memory_round_up() -> None:
         ("hygon.com/dcunum", ("hygon", "count", 1)),
         ("hygon.com/dcumem", ("hygon", "memory", 1)),
         ("hygon.com/dcucores", ("hygon", "cores", 1)),
-        ("nvidia.com/mig-3g.20gb", ("nvidia", "device", 1)),
+        ("nvidia.com/mig-3g.20gb", ("nvidia", "mig", 1)),
         ("example.com/gpu", None),
         ("nvidia.com/priority", None),
         ("cpu", None),
@@ -284,10 +284,10 @@ def test_cambricon_and_hygon() -> None:
 
 
 def test_unknown_resources() -> None:
-    mig = parse_pod(pod(ctr(limits={"nvidia.com/mig-3g.20gb": 1})))
-    assert (mig.vendor, mig.gpus, mig.is_gpu_pod) == ("nvidia", 1, True)
-    assert mig.warnings == (
-        "container 'main': nvidia.com/mig-3g.20gb is not in the vendor table; counted as whole nvidia devices",
+    shared = parse_pod(pod(ctr(limits={"nvidia.com/gpu.shared": 1})))
+    assert (shared.vendor, shared.gpus, shared.is_gpu_pod) == ("nvidia", 1, True)
+    assert shared.warnings == (
+        "container 'main': nvidia.com/gpu.shared is not in the vendor table; counted as whole nvidia devices",
     )
     other = parse_pod(pod(ctr(limits={"example.com/gpu": "1"})))
     assert (other.vendor, other.gpus, other.is_gpu_pod) == ("", 0, False)

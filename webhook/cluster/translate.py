@@ -13,8 +13,9 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
-from webhook.core.inventory import inventory_from_json, toolkit_from_json
+from webhook.core.inventory import inventory_from_json, mig_from_json, toolkit_from_json, vendor_from_json
 from webhook.core.isolation import env_from_keys
+from webhook.core.mig import offer_of
 from webhook.core.model import (
     Allocation,
     Claim,
@@ -162,9 +163,11 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
     nvlink: tuple[tuple[int, ...], ...] = ()
     pcie: tuple[tuple[str, ...], ...] = ()
     toolkit: bool | None = None
+    mig_devices: list[tuple[str, int]] = []
     if inventory_obj is not None:
         gpus, nvlink, pcie = inventory_of(inventory_obj.get("spec"))
         toolkit = toolkit_from_json(inventory_obj.get("spec"))
+        vendor, mig_devices = vendor_from_json(inventory_obj.get("spec")), mig_from_json(inventory_obj.get("spec"))
         source = "inventory"
     elif INVENTORY_ANNOTATION in annotations:
         field = f"metadata.annotations[{INVENTORY_ANNOTATION}]"
@@ -173,6 +176,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         except (TypeError, ValueError) as err:
             raise ValueError(f"{field}: not valid JSON ({err})") from None
         gpus, nvlink, pcie = inventory_from_json(document, field)
+        vendor, mig_devices = vendor_from_json(document, field), mig_from_json(document)
         source = "annotation"
     else:
         gpus = _from_labels(name, labels, allocatable)
@@ -197,6 +201,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         unschedulable=spec.get("unschedulable") is True,
         inventory_source=source,
         toolkit_envvar=toolkit,
+        mig=offer_of(labels, allocatable, mig_devices) if vendor == "nvidia" else {},
     )
 
 

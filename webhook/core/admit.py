@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra, isolation, node_routes, slices, trust
+from . import dra, isolation, mig, node_routes, slices, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -33,7 +33,7 @@ from .quota import check_quota
 from .record import ANNOTATION, Sealed, sealed_text, shape_of
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, whole_cards
-from .vendors import is_mapping, kept_for_scheduler, list_of, mapping_of
+from .vendors import enforced_backend, is_mapping, kept_for_scheduler, list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -243,7 +243,8 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
                               "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
     recorded = sealed.allocation if sealed is not None else None
     if recorded is not None:
-        if recorded.gpu_count != request.gpus or recorded.vendor != request.vendor:
+        if (recorded.gpu_count != request.gpus or recorded.vendor != request.vendor
+                or recorded.mig != request.mig):
             return request, _deny(403, "annotation-mismatch",
                                   f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
                                   f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
@@ -255,7 +256,7 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
                                   "webhook or the user changed it; remove the annotation and resubmit"), None
         # The annotation is where the first pass moved memory and compute; it is the request now.
         request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
-        mismatch = _env_mismatch(request, recorded, policy.backend_for(request.namespace))
+        mismatch = _env_mismatch(request, recorded, _backend(request, policy))
         if mismatch:
             return request, _deny(403, "isolation-env", mismatch), sealed
     if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
@@ -305,6 +306,11 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     placement: Placement | None = None
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
+    elif recorded is None and request.mig:  # MIG devices: nodes offering the profile; the scheduler picks
+        eligible, planned = mig.plan(request, snapshot, policy)
+        if isinstance(planned, str):
+            return _deny(422, "no-such-mig", planned, tuple(warnings))
+        allocation, placement = planned, Placement(eligible, ())
     elif recorded is None:
         denial, placement = _plan(request, snapshot, policy)
         if denial:
@@ -330,7 +336,8 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         return replace(denial, warnings=tuple(warnings))
     required = sealed.required if sealed is not None else None
     ops = _patch(request, allocation, placement, snapshot, policy, required, record_key)
-    message = f"node {allocation.node}" if allocation.node else "no node free now"
+    message = f"node {allocation.node}" if allocation.node else (
+        f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
     return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
 
 
@@ -353,7 +360,7 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
-    backend = policy.backend_for(request.namespace)
+    backend = _backend(request, policy)
     missing = _missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
     if missing:
         return _deny(403, "limits-missing", missing)
@@ -363,6 +370,11 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
         return replace(denial, warnings=tuple(warnings))
     return Decision(True, 200, f"node {recorded.node}" if recorded.node else "admitted", "admitted",
                     tuple(warnings), (), recorded, True, True)
+
+
+def _backend(request: PodRequest, policy: Policy) -> str:
+    """The namespace's limit backend where it applies: none for MIG devices and non-CUDA vendors."""
+    return enforced_backend(request.vendor, request.mig, policy.backend_for(request.namespace))
 
 
 def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
@@ -384,7 +396,7 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     which the mutation ANDs in again (a no-op on its own output) instead of placing anew."""
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
-    ops += patches.env_ops(pod, request, allocation, policy.backend_for(request.namespace))
+    ops += patches.env_ops(pod, request, allocation, _backend(request, policy))
     ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]

@@ -9,6 +9,9 @@ wherever it shows up.
                "numa": 0, "healthy": true, "migMode": false, "nvlinkRemoteBusIds": ["0000:05:00.0"]}],
      "nvlink": [[0]],          # NVLink link count per GPU pair, symmetric, 0 on the diagonal
      "pcie": [["X"]]}          # PCIe path level per pair (nvidia-smi topo -m), "X" on the diagonal only
+
+Optional: `"vendor": "hygon"` (default nvidia: the devices' vendor, as in the vendor table), and per GPU in
+MIG mode `"migDevices": [{"profile": "3g.20gb", "memoryMiB": 19968, "uuid": "MIG-.."}]`.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from .model import Gpu
 INVENTORY_VERSION = 1
 PCIE_LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 REQUIRED_GPU_FIELDS = ("index", "uuid", "model", "memoryMiB", "numa", "healthy")
-OPTIONAL_GPU_FIELDS = ("migMode", "nvlinkRemoteBusIds")
+OPTIONAL_GPU_FIELDS = ("migMode", "nvlinkRemoteBusIds", "migDevices")
+MIG_DEVICE_FIELDS = ("profile", "memoryMiB", "uuid")
 TOP_LEVEL_FIELDS = ("version", "gpus", "nvlink", "pcie")
-OPTIONAL_TOP_LEVEL_FIELDS = ("toolkit",)
+OPTIONAL_TOP_LEVEL_FIELDS = ("toolkit", "vendor")
+VENDORS = ("nvidia", "hygon", "cambricon")  # the vendor table's vendors
 # The node's NVIDIA container toolkit settings (config.toml), as the agent read them; absent: unknown.
 TOOLKIT_FIELDS = ("configPath", "acceptEnvvarUnprivileged", "acceptVolumeMounts", "mode")
 
@@ -45,6 +50,7 @@ def inventory_from_json(spec: Any, field: str = "spec") -> tuple[tuple[Gpu, ...]
     _reject_unknown(spec, TOP_LEVEL_FIELDS + OPTIONAL_TOP_LEVEL_FIELDS, field)
     if "toolkit" in spec:
         toolkit_from_json(spec, field)
+    vendor_from_json(spec, field)
     for key in TOP_LEVEL_FIELDS:
         if key not in spec:
             raise InventoryError(f"{field}.{key}: required")
@@ -75,6 +81,21 @@ def toolkit_from_json(spec: Any, field: str = "spec") -> bool | None:
     if "acceptEnvvarUnprivileged" not in toolkit:
         return None
     return _bool(toolkit["acceptEnvvarUnprivileged"], f"{where}.acceptEnvvarUnprivileged")
+
+
+def vendor_from_json(spec: Any, field: str = "spec") -> str:
+    """The vendor of the inventory's devices (`vendor`, default nvidia): a DCU node stays a DCU node."""
+    vendor = spec.get("vendor", "nvidia") if isinstance(spec, Mapping) else "nvidia"
+    if vendor not in VENDORS:
+        raise InventoryError(f"{field}.vendor: must be one of {', '.join(VENDORS)}, got {vendor!r}")
+    return str(vendor)
+
+
+def mig_from_json(spec: Any) -> list[tuple[str, int]]:
+    """(profile, MiB) of every MIG device of a checked inventory, in GPU order."""
+    gpus = spec.get("gpus") if isinstance(spec, Mapping) else None
+    return [(d["profile"], d["memoryMiB"]) for g in gpus or () if isinstance(g, Mapping)
+            for d in g.get("migDevices") or ()]
 
 
 def check_inventory(spec: Any, field: str = "spec") -> None:
@@ -115,6 +136,18 @@ def _gpu(entry: Any, where: str) -> Gpu:
     healthy = _bool(entry["healthy"], f"{where}.healthy")
     if "migMode" in entry:
         _bool(entry["migMode"], f"{where}.migMode")
+    for position, device in enumerate(_list(entry.get("migDevices", []), f"{where}.migDevices")):
+        at = f"{where}.migDevices[{position}]"
+        if not isinstance(device, Mapping):
+            raise InventoryError(f"{at}: must be an object, got {_type_name(device)}")
+        _reject_unknown(device, MIG_DEVICE_FIELDS, at)
+        for key in ("profile", "memoryMiB"):
+            if key not in device:
+                raise InventoryError(f"{at}.{key}: required")
+        _text(device["profile"], f"{at}.profile")
+        _int(device["memoryMiB"], f"{at}.memoryMiB", minimum=1)
+        if "uuid" in device:
+            _text(device["uuid"], f"{at}.uuid")
     if "nvlinkRemoteBusIds" in entry:
         for position, bus in enumerate(_list(entry["nvlinkRemoteBusIds"], f"{where}.nvlinkRemoteBusIds")):
             _text(bus, f"{where}.nvlinkRemoteBusIds[{position}]")

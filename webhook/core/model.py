@@ -60,6 +60,9 @@ class Node:
     # NVIDIA_VISIBLE_DEVICES from unprivileged containers (the toolkit's default), False when it
     # ignores it, None when unknown (no agent, or no config file on the node).
     toolkit_envvar: bool | None = None
+    # MIG devices the node offers, by profile ("3g.20gb"): (count, memory MiB of one), from the node's
+    # allocatable `nvidia.com/mig-<profile>`, GFD's `nvidia.com/mig-<profile>.*` labels or its inventory.
+    mig: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def clique(self) -> str | None:
@@ -195,6 +198,7 @@ class GpuRequest:
     memory_mib: int | None = None
     memory_pct: int | None = None
     cores: int | None = None
+    mig: str = ""  # MIG profile of an `nvidia.com/mig-<profile>` request ("3g.20gb"); count is its devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,7 @@ class PodRequest:
     node_name: str = ""
     is_gpu_pod: bool = False
     dra_gpus: int = 0  # of `gpus`, those that come through DRA claims or DRA-backed extended resources
+    mig: str = ""  # the MIG profile every GPU of the pod is (`gpus` MIG devices of it), "" for cards
     violations: tuple[Violation, ...] = ()
     warnings: tuple[str, ...] = ()
     # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
@@ -341,6 +346,7 @@ class Allocation:
     # Every GPU container's own slice, (name, init, GPUs, memory per GPU, cores per GPU), when some
     # container's differs from the pod's (memory_mib, cores); empty when all have it (the usual pod).
     containers: tuple[tuple[str, bool, int, int, int], ...] = ()
+    mig: str = ""  # MIG profile: `gpu_count` MIG devices of it, each `memory_mib`; no whole GPU is charged
 
     def slice_of(self, container: str) -> tuple[int, int]:
         """(memory MiB, cores %) per GPU of one container."""
@@ -352,7 +358,10 @@ class Allocation:
     def usage(self) -> Usage:
         """What this allocation counts against the namespace's quotas: count x slice, per container when
         the containers' slices differ (init containers as Kubernetes counts them: the largest one, or
-        the app containers together, whichever is more)."""
+        the app containers together, whichever is more). MIG devices are no whole `nvidia.com/gpu` (the
+        API server charges `requests.nvidia.com/mig-<profile>` itself); their memory counts."""
+        if self.mig:
+            return Usage(0, self.memory_mib * self.gpu_count, 0)
         if not self.containers:
             return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
         app = [(n * m, n * c) for _, init, n, m, c in self.containers if not init]

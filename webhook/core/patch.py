@@ -75,7 +75,8 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
         for name, value in limit_env(backend, c.gpu.count, memory, cores):
             if (name, value) not in present:
                 env.append({"name": name, "value": value})
-        ops += _set((*_base(c), "env"), existing, env)
+        if env or existing is not None:  # no variables for this backend: no empty env list either
+            ops += _set((*_base(c), "env"), existing, env)
     return ops
 
 

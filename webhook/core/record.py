@@ -41,6 +41,8 @@ def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
         "loss": allocation.loss,
         "policy": allocation.policy,
     }
+    if allocation.mig:  # MIG devices of one profile; absent for cards, so the usual record is unchanged
+        record["mig"] = allocation.mig
     if allocation.containers:  # only when the containers' slices differ: the usual record is unchanged
         record["containers"] = [{"name": n, "init": i, "gpus": g, "memoryMiB": m, "cores": c}
                                 for n, i, g, m, c in allocation.containers]
@@ -121,6 +123,7 @@ def allocation_from_json(data: Any) -> Allocation:
         uuids=tuple(uuids),
         version=version,
         containers=_containers(data) if "containers" in data else (),
+        mig=_str(data, "mig"),
     )
 
 

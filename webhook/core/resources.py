@@ -45,6 +45,7 @@ from .vendors import (
     list_of,
     looks_like_gpu,
     mapping_of,
+    mig_profile,
     vendor_of_resource,
 )
 
@@ -63,7 +64,8 @@ __all__ = [
 ]
 
 
-_FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores"}
+_FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores",
+                "mig": "MIG device count"}
 _MOVED_FIELDS = frozenset({"memory", "memory_pct", "cores"})
 _SELECTOR_KEYS = frozenset(key for keys in SELECTORS.values() for key in keys)
 _TOPOLOGIES = frozenset(t.value for t in TopologyPreference)
@@ -192,7 +194,7 @@ def _parse_container(
         if field == "device":
             notes.warn(f"{where}: {name} is not in the vendor table; counted as whole {kind_vendor} devices")
             field = "count"
-        value = _gpu_value(field, name, raw, unit, where, notes)
+        value = _gpu_value("count" if field == "mig" else field, name, raw, unit, where, notes)
         if field in values:
             notes.deny(
                 "duplicate-resource",
@@ -208,7 +210,15 @@ def _parse_container(
                    f"{values['memory'][0]} applies")
         del values["memory_pct"]
     gpu: GpuRequest | None = None
-    if vendor is not None:
+    if "mig" in values:  # MIG devices: whole devices of one profile, nothing else in this container
+        if len(values) > 1:
+            others = ", ".join(v[0] for f, v in values.items() if f != "mig")
+            notes.deny("mig-mixed", 422, f"{where} asks for {values['mig'][0]} together with {others}; a "
+                       "MIG device is bounded by its profile: ask for the MIG devices alone")
+        elif values["mig"][1] > 0:
+            name = values["mig"][0]
+            gpu = GpuRequest(vendor or "nvidia", values["mig"][1], mig=mig_profile(name))
+    elif vendor is not None:
         count = values["count"][1] if "count" in values else (1 if values else 0)
         if count == 0 and len(values) > 1:
             notes.deny(
@@ -387,6 +397,17 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
     }
 
 
+def _mig_of(containers: list[ContainerRequest], notes: _Notes) -> str:
+    """The one MIG profile the pod's GPU containers ask for ("" when they ask for cards). One profile per
+    pod: placement reads one device kind per pod, as it reads one vendor."""
+    kinds = {c.gpu.mig for c in containers if c.gpu is not None}
+    if len(kinds) > 1:
+        shown = " and ".join(f"nvidia.com/mig-{k}" if k else "whole GPUs" for k in sorted(kinds))
+        notes.deny("mig-mixed", 422, f"the pod asks for {shown}; ask for one MIG profile per pod, or for "
+                   "whole GPUs")
+    return next(iter(kinds)) if len(kinds) == 1 else ""
+
+
 # Requests are made by evolve() from this one: a frozen dataclass's __init__ costs a call per field.
 _BLANK_REQUEST = PodRequest(namespace="", name="")
 
@@ -448,6 +469,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     if len(vendors) > 1:
         shown = " and ".join(sorted(vendors))
         notes.deny("mixed-vendors", 422, f"the pod asks for {shown} devices; use one vendor per pod")
+    mig = _mig_of(containers, notes)
     host_paths: list[str] = []
     for volume in list_of(spec.get("volumes")):
         path = mapping_of(mapping_of(volume).get("hostPath")).get("path")
@@ -494,6 +516,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler",
         node_name=node_name if isinstance(node_name, str) else "",
         is_gpu_pod=gpu_pod,
+        mig=mig,
         violations=tuple(notes.violations),
         warnings=tuple(notes.warnings),
         raw=pod,

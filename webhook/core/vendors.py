@@ -54,7 +54,15 @@ VENDORS: tuple[VendorResources, ...] = (
     VendorResources("hygon", "hygon.com/dcunum", "hygon.com/dcumem", None, "hygon.com/dcucores"),
 )
 
-# Resource domains whose unknown names (nvidia.com/mig-3g.20gb, nvidia.com/gpu.shared) are devices.
+# NVIDIA MIG devices as the device plugin's "mixed" strategy advertises them: `nvidia.com/mig-<profile>`,
+# the profile as GFD names it (`1g.5gb`, `3g.20gb`, `1g.5gb.me` for NVML's `1g.5gb+me`, `1c.3g.20gb`).
+MIG_PREFIX = "nvidia.com/mig-"
+_MIG_PROFILE = re.compile(r"(?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb(?:[.+][a-z0-9]+)*")
+# Vendors whose runtime reads the CUDA limit variables (HAMi-core, MPS). Hygon's DCU and Cambricon's MLU
+# runtimes read their device plugin's own configuration (HAMi's allocation annotations), never CUDA_*.
+CUDA_ENFORCED = frozenset({"nvidia"})
+
+# Resource domains whose unknown names (nvidia.com/gpu.shared) are devices.
 VENDOR_DOMAINS: Mapping[str, str] = {
     "nvidia.com": "nvidia",
     "cambricon.com": "cambricon",
@@ -123,7 +131,10 @@ def _name_pattern(template: str) -> re.Pattern[str]:
 @lru_cache(maxsize=4096)
 def classify_resource(name: str) -> tuple[str, str, int] | None:
     """(vendor, field, memory unit MiB) for a GPU resource name, or None. `field` is count, memory,
-    memory_pct, cores, or device (a name the table does not know, in a vendor's domain)."""
+    memory_pct, cores, mig (MIG devices of one profile), or device (a name the table does not know, in a
+    vendor's domain)."""
+    if name.startswith(MIG_PREFIX) and _MIG_PROFILE.fullmatch(name[len(MIG_PREFIX):]):
+        return "nvidia", "mig", 1
     for row in VENDORS:
         for field_name in ("count", "memory", "memory_pct", "cores"):
             template: str | None = getattr(row, field_name)
@@ -161,6 +172,25 @@ def kept_for_scheduler(scheduler: str, name: str) -> bool:
     """Whether a slice resource stays in the pod because its scheduler reads it."""
     domains = SCHEDULER_RESOURCES.get(scheduler)
     return domains is not None and name.startswith(domains)
+
+
+def mig_profile(name: str) -> str:
+    """The profile of a MIG resource name (`nvidia.com/mig-3g.20gb`: "3g.20gb"); "" for any other name."""
+    kind = classify_resource(name)
+    return name[len(MIG_PREFIX):] if kind is not None and kind[1] == "mig" else ""
+
+
+def mig_memory_of_name(profile: str) -> int:
+    """MiB a profile's name promises (`3g.20gb`: 20 GB as 20480 MiB), for when neither GFD's
+    `nvidia.com/mig-<profile>.memory` label nor the node's inventory gives the device's own figure."""
+    match = re.search(r"([0-9]+)gb", profile)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def enforced_backend(vendor: str, mig: str, backend: str) -> str:
+    """The limit backend that applies to a pod's devices: none for MIG devices (the hardware bounds a MIG
+    device's memory and SMs) and for vendors whose runtime does not read CUDA_* variables."""
+    return backend if vendor in CUDA_ENFORCED and not mig else "none"
 
 
 def vendor_of_resource(name: str) -> str | None:

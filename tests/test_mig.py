@@ -1,0 +1,196 @@
+"""NVIDIA MIG devices: `nvidia.com/mig-<profile>` requests go only to nodes offering that profile, with the
+profile's memory recorded and charged (never a whole nvidia.com/gpu), no limit variable, and a 422 naming
+the profile when no node offers it. Node offers come from allocatable, GFD labels or the inventory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import A100, QuotaLimits, node, pod, snapshot
+
+from webhook.cluster.translate import node_of
+from webhook.core import admit
+from webhook.core.inventory import InventoryError, check_inventory
+from webhook.core.mig import offer_of
+from webhook.core.model import Snapshot
+from webhook.core.policy import Policy
+from webhook.core.record import ANNOTATION
+from webhook.core.resources import parse_pod
+from webhook.core.vendors import classify_resource, mig_profile
+
+# GFD's labels on an A100-40GB node in the "mixed" strategy (two 3g.20gb devices on GPU 0, seven 1g.5gb
+# devices on GPU 1), and the device plugin's allocatable for them.
+MIXED_LABELS = {
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "2",
+    "nvidia.com/gpu.memory": "40960",
+    "nvidia.com/mig-3g.20gb.count": "2",
+    "nvidia.com/mig-3g.20gb.memory": "20096",
+    "nvidia.com/mig-3g.20gb.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+    "nvidia.com/mig-1g.5gb.count": "7",
+    "nvidia.com/mig-1g.5gb.memory": "4864",
+}
+MIXED_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "0",
+                     "nvidia.com/mig-3g.20gb": "2", "nvidia.com/mig-1g.5gb": "7"}
+
+
+def node_obj(name: str, labels: dict[str, str], allocatable: dict[str, str]) -> dict[str, Any]:
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels}, "status": {"allocatable": allocatable}}
+
+
+def mig_cluster(**quotas: Any) -> Snapshot:
+    mixed = node_of(node_obj("mig-1", MIXED_LABELS, MIXED_ALLOCATABLE))
+    limits = {"team-a": (QuotaLimits("q", **quotas),)} if quotas else None
+    return snapshot(mixed, node("a100-1", A100, 8), quotas=limits)
+
+
+def chain(p: dict[str, Any], cluster: Snapshot) -> tuple[Any, dict[str, Any], Any]:
+    m = admit.mutate(p, cluster, Policy())
+    assert m.allowed, m.message
+    patched = jsonpatch.apply_patch(p, [dict(op) for op in m.patch])
+    patched["metadata"]["uid"] = "uid-1"
+    v = admit.validate(patched, cluster, Policy())
+    assert v.allowed, v.message
+    return m, patched, v
+
+
+def test_mig_names_are_mig_devices_of_their_profile() -> None:
+    assert classify_resource("nvidia.com/mig-3g.20gb") == ("nvidia", "mig", 1)
+    assert mig_profile("nvidia.com/mig-1g.5gb.me") == "1g.5gb.me"  # GFD's spelling of NVML's 1g.5gb+me
+    assert mig_profile("nvidia.com/mig-1c.3g.20gb") == "1c.3g.20gb"
+    assert mig_profile("nvidia.com/gpu") == ""
+    assert classify_resource("nvidia.com/mig-foo") == ("nvidia", "device", 1)  # not a profile: as before
+
+
+def test_a_mig_request_names_its_profile_without_a_vendor_table_warning() -> None:
+    request = parse_pod(pod({"nvidia.com/mig-3g.20gb": 2}))
+    assert (request.vendor, request.gpus, request.mig, request.warnings) == ("nvidia", 2, "3g.20gb", ())
+    assert request.containers[0].gpu is not None and request.containers[0].gpu.mig == "3g.20gb"
+
+
+def test_gfd_labels_and_allocatable_give_the_offer_with_the_labelled_memory() -> None:
+    assert offer_of(MIXED_LABELS, MIXED_ALLOCATABLE) == {"1g.5gb": (7, 4864), "3g.20gb": (2, 20096)}
+    # Allocatable wins for the count (unhealthy devices are not advertised); the name gives the memory
+    # when no label or inventory does.
+    assert offer_of({}, {"nvidia.com/mig-2g.10gb": "3"}) == {"2g.10gb": (3, 10240)}
+    assert offer_of({"nvidia.com/mig-3g.20gb.count": "2"}, {"nvidia.com/mig-3g.20gb": "1"}) == {"3g.20gb": (1, 20480)}
+    assert offer_of({}, {"nvidia.com/mig-3g.20gb": "0"}) == {}
+
+
+def test_single_strategy_node_offers_its_mig_devices_as_gpus_not_as_mig_resources() -> None:
+    labels = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+              "nvidia.com/gpu.count": "7", "nvidia.com/gpu.memory": "4864"}
+    single = node_of(node_obj("single", labels, {"nvidia.com/gpu": "7"}))
+    assert single.mig == {}
+    assert [(g.model, g.memory_mib) for g in single.gpus] == [("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", 4864)] * 7
+    denied = admit.mutate(pod({"nvidia.com/mig-1g.5gb": 1}), snapshot(single), Policy())
+    assert (denied.allowed, denied.code) == (False, 422)
+    assert denied.message.startswith("no node offers nvidia.com/mig-1g.5gb;")
+
+
+def test_mig_pod_goes_only_to_nodes_offering_its_profile_with_no_limit_variable() -> None:
+    m, patched, v = chain(pod({"nvidia.com/mig-3g.20gb": 1}), mig_cluster())
+    container = patched["spec"]["containers"][0]
+    assert "env" not in container  # the hardware bounds a MIG device: no HAMi-core variable
+    assert container["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": 1}  # the kubelet's resource stays
+    terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["mig-1"]}]
+    record = json.loads(patched["metadata"]["annotations"][ANNOTATION])
+    assert (record["mig"], record["memoryMiB"], record["gpuCount"], record["model"]) == (
+        "3g.20gb", 20096, 1, "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb")
+    assert v.allocation is not None and v.allocation.mig == "3g.20gb"
+    again = admit.mutate(patched, mig_cluster(), Policy())
+    assert again.allowed and again.patch == ()
+
+
+def test_no_node_offering_the_profile_is_a_422_naming_it() -> None:
+    denied = admit.mutate(pod({"nvidia.com/mig-7g.40gb": 1}), mig_cluster(), Policy())
+    assert (denied.allowed, denied.code, denied.reason) == (False, 422, "no-such-mig")
+    assert denied.message == ("no node offers nvidia.com/mig-7g.40gb (offered: nvidia.com/mig-1g.5gb, "
+                              "nvidia.com/mig-3g.20gb); ask for a MIG profile a node offers, or for nvidia.com/gpu")
+
+
+def test_more_devices_than_any_node_offers_is_a_422() -> None:
+    denied = admit.mutate(pod({"nvidia.com/mig-3g.20gb": 3}), mig_cluster(), Policy())
+    assert (denied.allowed, denied.code) == (False, 422)
+    assert "no node offers that many (at most 2, on mig-1)" in denied.message
+
+
+def test_a_node_selector_that_excludes_every_offering_node_is_named() -> None:
+    p = pod({"nvidia.com/mig-1g.5gb": 1}, nodeSelector={"pool": "inference"})
+    denied = admit.mutate(p, mig_cluster(), Policy())
+    assert (denied.allowed, denied.code) == (False, 422)
+    assert "1 node(s) offer 1 nvidia.com/mig-1g.5gb, but nodeSelector pool=inference keeps the pod off" in (
+        denied.message)
+
+
+def test_mig_devices_are_not_charged_as_whole_gpus_but_their_memory_counts() -> None:
+    # No whole GPU left in the namespace: a MIG device is not one (the API server charges
+    # requests.nvidia.com/mig-3g.20gb itself).
+    m, _, v = chain(pod({"nvidia.com/mig-3g.20gb": 2}), mig_cluster(gpus=0))
+    assert v.allocation is not None
+    assert (v.allocation.usage().gpus, v.allocation.usage().memory_mib) == (0, 2 * 20096)
+    denied = admit.mutate(pod({"nvidia.com/mig-3g.20gb": 1}), mig_cluster(memory_mib=10000), Policy())
+    assert (denied.allowed, denied.reason) == (False, "quota-exceeded")
+    assert "limits.nvidia.com/gpumem used 0 MiB, asked 20096 MiB" in denied.message
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"nvidia.com/mig-3g.20gb": 1, "nvidia.com/gpumem": 4000},
+     "container 'main' asks for nvidia.com/mig-3g.20gb together with nvidia.com/gpumem"),
+    ({"nvidia.com/mig-3g.20gb": 1, "nvidia.com/gpu": 1},
+     "container 'main' asks for nvidia.com/mig-3g.20gb together with nvidia.com/gpu"),
+])
+def test_a_mig_device_with_a_slice_or_a_card_is_refused(limits: dict[str, Any], message: str) -> None:
+    denied = admit.mutate(pod(limits), mig_cluster(), Policy())
+    assert (denied.allowed, denied.code, denied.reason) == (False, 422, "mig-mixed")
+    assert message in denied.message
+
+
+def test_two_profiles_in_one_pod_are_refused() -> None:
+    p = pod({"nvidia.com/mig-3g.20gb": 1})
+    p["spec"]["containers"].append({"name": "side", "image": "x",
+                                    "resources": {"limits": {"nvidia.com/mig-1g.5gb": 1}}})
+    denied = admit.mutate(p, mig_cluster(), Policy())
+    assert (denied.allowed, denied.code) == (False, 422)
+    assert "nvidia.com/mig-1g.5gb and nvidia.com/mig-3g.20gb; ask for one MIG profile per pod" in denied.message
+
+
+def test_a_recorded_mig_profile_must_match_the_pod() -> None:
+    _, patched, _ = chain(pod({"nvidia.com/mig-3g.20gb": 1}), mig_cluster())
+    patched["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.5gb": 1}
+    denied = admit.validate(patched, mig_cluster(), Policy())
+    assert (denied.allowed, denied.reason) == (False, "annotation-mismatch")
+
+
+INVENTORY: dict[str, Any] = {
+    "version": 1, "nvlink": [[0]], "pcie": [["X"]],
+    "gpus": [{"index": 0, "uuid": "GPU-0", "model": "NVIDIA-H100-80GB-HBM3", "memoryMiB": 81559, "numa": 0,
+              "healthy": True, "migMode": True,
+              "migDevices": [{"profile": "3g.40gb", "memoryMiB": 40192, "uuid": "MIG-a"},
+                             {"profile": "3g.40gb", "memoryMiB": 40192, "uuid": "MIG-b"}]}],
+}
+
+
+def test_the_agent_inventory_gives_mig_devices_with_their_memory() -> None:
+    n = node_of(node_obj("h100", {}, {}), {"spec": INVENTORY})
+    assert n.mig == {"3g.40gb": (2, 40192)}
+    m, patched, _ = chain(pod({"nvidia.com/mig-3g.40gb": 2}), snapshot(n))
+    assert json.loads(patched["metadata"]["annotations"][ANNOTATION])["memoryMiB"] == 40192
+
+
+@pytest.mark.parametrize(("device", "error"), [
+    ({"profile": "3g.40gb"}, "spec.gpus[0].migDevices[0].memoryMiB: required"),
+    ({"profile": "", "memoryMiB": 1}, "spec.gpus[0].migDevices[0].profile: must be a non-empty string"),
+    ({"profile": "3g.40gb", "memoryMiB": 1, "slices": 3}, "spec.gpus[0].migDevices[0].slices: unknown field"),
+])
+def test_malformed_mig_devices_are_refused_naming_the_field(device: dict[str, Any], error: str) -> None:
+    spec = json.loads(json.dumps(INVENTORY))
+    spec["gpus"][0]["migDevices"] = [device]
+    with pytest.raises(InventoryError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        check_inventory(spec)

@@ -8,6 +8,8 @@ fake to that), so what passes here is what the agent does on a real driver. The 
 * 8-GPU PCIe server: 8 x A40, NVLink bridges between 0-1, 2-3, 4-5, 6-7 (4 links each); an older driver
   without nvmlDeviceGetNumaNodeId (NUMA from memory affinity).
 * 4-GPU PCIe box: 4 x L4, no NVLink, one socket, two host bridges.
+* DGX A100 with MIG: the DGX A100, GPU 0 in MIG mode as 7 x 1g.10gb, GPU 1 as 2 x 3g.40gb plus one
+  1g.10gb+me, GPU 2 in MIG mode with no device made yet (memory figures: NVML's memorySizeMB on A100 80GB).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 
@@ -34,6 +37,7 @@ _MESSAGES = {
     NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_NOT_FOUND: "Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
 }
@@ -70,6 +74,10 @@ class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
     value = NVML_ERROR_LIBRARY_NOT_FOUND
 
 
+class NVMLError_NotFound(NVMLError):  # noqa: N801
+    value = NVML_ERROR_NOT_FOUND
+
+
 class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
     value = NVML_ERROR_FUNCTION_NOT_FOUND
 
@@ -97,6 +105,19 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class FakeMig:
+    """One MIG device: its profile as NVML names it ("1g.10gb", "1g.10gb+me") and its memory."""
+
+    profile: str
+    memory_mib: int
+    uuid: str
+    slot: int  # its index among the parent's MIG device handles (empty slots raise NotFound)
+
+
+MAX_MIG_DEVICES = 7  # nvmlDeviceGetMaxMigDeviceCount on A100 and H100
+
+
+@dataclass(frozen=True)
 class FakeGpu:
     name: str
     uuid: str
@@ -106,6 +127,7 @@ class FakeGpu:
     link_slots: int = 0  # 0: no NVLink on this card (NotSupported)
     links: dict[int, Link] = field(default_factory=dict)  # active links by link number
     mig: int | None = None  # current MIG mode; None: no MIG
+    mig_devices: tuple[FakeMig, ...] = ()
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # None: not supported
     retired_pending: int | None = None  # None: not supported (Ampere and later)
     lost: bool = False
@@ -116,6 +138,22 @@ class FakeGpu:
 @dataclass(frozen=True)
 class Handle:
     index: int
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    """A MIG device's handle: its parent GPU's index and its slot."""
+
+    index: int
+    slot: int
+
+
+@dataclass
+class Attributes:
+    """pynvml's c_nvmlDeviceAttributes, the fields the agent reads."""
+
+    memorySizeMB: int  # noqa: N815 - NVML's field name
+    multiprocessorCount: int = 0  # noqa: N815
 
 
 @dataclass
@@ -148,6 +186,7 @@ class FakeNvml:
     NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_NotFound = NVMLError_NotFound
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
 
     NVML_NVLINK_MAX_LINKS = 36
@@ -217,11 +256,36 @@ class FakeNvml:
         return Handle(index)
 
     # -- identity -------------------------------------------------------------------------------
-    def nvmlDeviceGetName(self, handle: Handle) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: Handle | MigHandle) -> str:  # noqa: N802
+        if isinstance(handle, MigHandle):  # NVML names a MIG device "<parent name> MIG <profile>"
+            return f"{self._gpu('nvmlDeviceGetName', Handle(handle.index)).name} MIG {self._mig(handle).profile}"
         return self._gpu("nvmlDeviceGetName", handle).name
 
-    def nvmlDeviceGetUUID(self, handle: Handle) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: Handle | MigHandle) -> str:  # noqa: N802
+        if isinstance(handle, MigHandle):
+            self.calls.append("nvmlDeviceGetUUID")
+            return self._mig(handle).uuid
         return self._gpu("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:  # noqa: N802
+        gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if gpu.mig is None:
+            raise NVMLError_NotSupported()
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, index: int) -> MigHandle:  # noqa: N802
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if gpu.mig != self.NVML_DEVICE_MIG_ENABLE or not 0 <= index < MAX_MIG_DEVICES:
+            raise NVMLError_InvalidArgument()
+        if not any(d.slot == index for d in gpu.mig_devices):
+            raise NVMLError_NotFound()
+        return MigHandle(handle.index, index)
+
+    def nvmlDeviceGetAttributes(self, handle: MigHandle) -> Attributes:  # noqa: N802
+        self.calls.append("nvmlDeviceGetAttributes")
+        if not isinstance(handle, MigHandle):
+            raise NVMLError_NotSupported()  # attributes are a MIG device's
+        return Attributes(memorySizeMB=self._mig(handle).memory_mib)
 
     def nvmlDeviceGetPciInfo(self, handle: Handle) -> PciInfo:  # noqa: N802
         return PciInfo(self._gpu("nvmlDeviceGetPciInfo", handle).bus_id)
@@ -327,6 +391,15 @@ class FakeNvml:
         if not isinstance(handle, Handle) or not 0 <= handle.index < len(self.gpus):
             raise NVMLError_InvalidArgument()
         return self.gpus[handle.index]
+
+    def _mig(self, handle: MigHandle) -> FakeMig:
+        self._ready()
+        if not 0 <= handle.index < len(self.gpus):
+            raise NVMLError_InvalidArgument()
+        for device in self.gpus[handle.index].mig_devices:
+            if device.slot == handle.slot:
+                return device
+        raise NVMLError_InvalidArgument()
 
     @staticmethod
     def _link_slot(gpu: FakeGpu, link: int) -> None:
@@ -451,6 +524,19 @@ def pcie_box(**options: Any) -> FakeNvml:
     ]
     levels = _symmetric_levels(4, lambda i, j: HOSTBRIDGE if i // 2 == j // 2 else NODE)
     return FakeNvml(gpus, levels, **options)
+
+
+def dgx_a100_mig(**options: Any) -> FakeNvml:
+    """The DGX A100 with GPU 0 as 7 x 1g.10gb, GPU 1 as 2 x 3g.40gb and a 1g.10gb+me, and GPU 2 in MIG
+    mode with no device made yet."""
+    nvml = dgx_a100(**options)
+    small = tuple(FakeMig("1g.10gb", 9856, f"MIG-a1000000-0000-4000-8000-00000000000{s}", s) for s in range(7))
+    mixed = (FakeMig("3g.40gb", 40192, "MIG-a1000001-0000-4000-8000-000000000000", 1),
+             FakeMig("3g.40gb", 40192, "MIG-a1000001-0000-4000-8000-000000000001", 2),
+             FakeMig("1g.10gb+me", 9856, "MIG-a1000001-0000-4000-8000-000000000002", 5))
+    with_gpu(nvml, 0, mig=1, mig_devices=small)
+    with_gpu(nvml, 1, mig=1, mig_devices=mixed)
+    return with_gpu(nvml, 2, mig=1)
 
 
 def with_gpu(nvml: FakeNvml, index: int, **changes: Any) -> FakeNvml:

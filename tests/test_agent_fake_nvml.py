@@ -43,6 +43,7 @@ def test_the_agent_makes_exactly_the_calls_the_fake_implements() -> None:
     for machine in (
         fake_nvml.dgx_h100,
         fake_nvml.dgx_a100,
+        fake_nvml.dgx_a100_mig,
         fake_nvml.pcie_server_bridged,
         fake_nvml.pcie_box,
     ):

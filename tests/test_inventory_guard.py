@@ -218,7 +218,7 @@ DELETE = object()
          "spec.gpus[0].nvlinkRemoteBusIds[0]: must be a non-empty string, got 3"),
         (edit("gpus.0.memoryMib", 1),
          "spec.gpus[0].memoryMib: unknown field (known: index, uuid, model, memoryMiB, numa, healthy, "
-         "migMode, nvlinkRemoteBusIds, migDevices)"),
+         "migMode, migDevices, nvlinkRemoteBusIds)"),
         (edit("nvlink", [[0, 18]]), "spec.nvlink: must have one row per GPU (2), got 1"),
         (edit("nvlink.1", [18]), "spec.nvlink[1]: must have one entry per GPU (2), got 1"),
         (edit("nvlink.0.0", 4), "spec.nvlink[0][0]: a GPU has no links to itself, must be 0"),

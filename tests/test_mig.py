@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import fake_nvml
 import jsonpatch
 import pytest
 from builders import A100, QuotaLimits, node, pod, snapshot
 
+from webhook.agent.discovery import discover, mig_profile_name
+from webhook.agent.nvml import start
 from webhook.cluster.translate import node_of
 from webhook.core import admit
 from webhook.core.inventory import InventoryError, check_inventory
@@ -193,4 +196,45 @@ def test_malformed_mig_devices_are_refused_naming_the_field(device: dict[str, An
     spec = json.loads(json.dumps(INVENTORY))
     spec["gpus"][0]["migDevices"] = [device]
     with pytest.raises(InventoryError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        check_inventory(spec)
+
+
+def test_the_agent_reports_each_mig_device_with_profile_and_memory() -> None:
+    nvml = fake_nvml.dgx_a100_mig()
+    start(nvml)
+    gpus = discover(nvml)["gpus"]
+    assert [len(g.get("migDevices", [])) for g in gpus] == [7, 3, 0, 0, 0, 0, 0, 0]
+    assert "migDevices" not in gpus[3]  # MIG mode off: no list at all
+    assert gpus[1]["migDevices"] == [
+        {"profile": "3g.40gb", "memoryMiB": 40192, "uuid": "MIG-a1000001-0000-4000-8000-000000000000"},
+        {"profile": "3g.40gb", "memoryMiB": 40192, "uuid": "MIG-a1000001-0000-4000-8000-000000000001"},
+        {"profile": "1g.10gb.me", "memoryMiB": 9856, "uuid": "MIG-a1000001-0000-4000-8000-000000000002"},
+    ]
+    assert mig_profile_name("NVIDIA A100-SXM4-80GB MIG 1g.10gb+me") == "1g.10gb.me"
+    assert mig_profile_name("NVIDIA A100-SXM4-80GB") == ""
+
+
+def test_mig_mode_gpus_are_no_cards_for_whole_gpu_pods() -> None:
+    nvml = fake_nvml.dgx_a100_mig()
+    start(nvml)
+    n = node_of(node_obj("dgx", {}, {}), {"spec": discover(nvml)})
+    assert [g.index for g in n.gpus] == [3, 4, 5, 6, 7] and len(n.nvlink) == len(n.pcie) == 5
+    assert n.mig == {"1g.10gb": (7, 9856), "1g.10gb.me": (1, 9856), "3g.40gb": (2, 40192)}
+    cluster = snapshot(n)
+    whole = admit.mutate(pod({"nvidia.com/gpu": 6}), cluster, Policy())
+    assert not whole.allowed  # five cards left, the MIG-partitioned three are not among them
+    _, patched, _ = chain(pod({"nvidia.com/mig-1g.10gb.me": 1}), cluster)
+    assert json.loads(patched["metadata"]["annotations"][ANNOTATION])["memoryMiB"] == 9856
+
+
+def test_an_inventory_vendor_keeps_a_dcu_node_a_dcu_node() -> None:
+    spec = {"version": 1, "vendor": "hygon", "nvlink": [[0]], "pcie": [["X"]],
+            "gpus": [{"index": 0, "uuid": "DCU-0", "model": "Z100L", "memoryMiB": 32768, "numa": 0, "healthy": True}]}
+    dcu = node_of(node_obj("dcu", {}, {}), {"spec": spec})
+    assert (dcu.vendor, dcu.gpu_model, dcu.mig) == ("hygon", "Z100L", {})
+    cluster = snapshot(dcu)
+    assert admit.mutate(pod({"hygon.com/dcunum": 1}), cluster, Policy()).allowed
+    assert not admit.mutate(pod({"nvidia.com/gpu": 1}), cluster, Policy()).allowed
+    spec["vendor"] = "amd"
+    with pytest.raises(InventoryError, match="spec.vendor: must be one of nvidia, hygon, cambricon, got 'amd'"):
         check_inventory(spec)

@@ -77,6 +77,8 @@ def describe_gpu(nvml: Any, index: int, handle: Any, links: LinkReport) -> dict[
     mig = mig_mode(nvml, handle)
     if mig is not None:
         gpu["migMode"] = mig
+    if mig:
+        gpu["migDevices"] = mig_devices(nvml, handle)
     if links.active:
         gpu["nvlinkRemoteBusIds"] = list(links.remote_bus_ids)
     return gpu
@@ -145,6 +147,37 @@ def mig_mode(nvml: Any, handle: Any) -> bool | None:
     except nvml.NVMLError:
         return None
     return bool(current == nvml.NVML_DEVICE_MIG_ENABLE)
+
+
+def mig_devices(nvml: Any, handle: Any) -> list[dict[str, Any]]:
+    """The MIG devices made on a GPU in MIG mode: profile (GFD's spelling, the name of the resource the
+    device plugin advertises: `nvidia.com/mig-<profile>`), memory (NVML's memorySizeMB, what GFD's
+    `.memory` label says) and UUID. Empty slots answer NotFound and are passed over."""
+    try:
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except nvml.NVMLError:
+        return []
+    found: list[dict[str, Any]] = []
+    for slot in range(slots):
+        try:
+            device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nvml.NVMLError:
+            continue
+        profile = mig_profile_name(text(nvml.nvmlDeviceGetName(device)))
+        try:
+            memory = int(nvml.nvmlDeviceGetAttributes(device).memorySizeMB)
+        except nvml.NVMLError:
+            memory = int(nvml.nvmlDeviceGetMemoryInfo(device).total) // MIB
+        if profile and memory > 0:
+            found.append({"profile": profile, "memoryMiB": memory, "uuid": text(nvml.nvmlDeviceGetUUID(device))})
+    return found
+
+
+def mig_profile_name(name: str) -> str:
+    """A MIG device's profile from NVML's name for it ("NVIDIA A100-SXM4-80GB MIG 1g.10gb+me" ->
+    "1g.10gb.me"): GFD writes NVML's "+" as "." in resource names and labels."""
+    _, marker, profile = name.rpartition(" MIG ")
+    return profile.strip().replace("+", ".") if marker else ""
 
 
 def read_links(nvml: Any, handle: Any, gpu_by_bus: dict[str, int]) -> LinkReport:

@@ -13,9 +13,15 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
-from webhook.core.inventory import inventory_from_json, mig_from_json, toolkit_from_json, vendor_from_json
+from webhook.core.inventory import (
+    inventory_from_json,
+    mig_enabled_from_json,
+    mig_from_json,
+    toolkit_from_json,
+    vendor_from_json,
+)
 from webhook.core.isolation import env_from_keys
-from webhook.core.mig import offer_of
+from webhook.core.mig import offer_of, whole_cards
 from webhook.core.model import (
     Allocation,
     Claim,
@@ -168,6 +174,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         gpus, nvlink, pcie = inventory_of(inventory_obj.get("spec"))
         toolkit = toolkit_from_json(inventory_obj.get("spec"))
         vendor, mig_devices = vendor_from_json(inventory_obj.get("spec")), mig_from_json(inventory_obj.get("spec"))
+        gpus, nvlink, pcie = whole_cards(gpus, nvlink, pcie, mig_enabled_from_json(inventory_obj.get("spec")))
         source = "inventory"
     elif INVENTORY_ANNOTATION in annotations:
         field = f"metadata.annotations[{INVENTORY_ANNOTATION}]"
@@ -177,6 +184,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
             raise ValueError(f"{field}: not valid JSON ({err})") from None
         gpus, nvlink, pcie = inventory_from_json(document, field)
         vendor, mig_devices = vendor_from_json(document, field), mig_from_json(document)
+        gpus, nvlink, pcie = whole_cards(gpus, nvlink, pcie, mig_enabled_from_json(document))
         source = "annotation"
     else:
         gpus = _from_labels(name, labels, allocatable)

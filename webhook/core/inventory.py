@@ -24,7 +24,7 @@ from .model import Gpu
 INVENTORY_VERSION = 1
 PCIE_LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 REQUIRED_GPU_FIELDS = ("index", "uuid", "model", "memoryMiB", "numa", "healthy")
-OPTIONAL_GPU_FIELDS = ("migMode", "nvlinkRemoteBusIds", "migDevices")
+OPTIONAL_GPU_FIELDS = ("migMode", "migDevices", "nvlinkRemoteBusIds")
 MIG_DEVICE_FIELDS = ("profile", "memoryMiB", "uuid")
 TOP_LEVEL_FIELDS = ("version", "gpus", "nvlink", "pcie")
 OPTIONAL_TOP_LEVEL_FIELDS = ("toolkit", "vendor")
@@ -96,6 +96,12 @@ def mig_from_json(spec: Any) -> list[tuple[str, int]]:
     gpus = spec.get("gpus") if isinstance(spec, Mapping) else None
     return [(d["profile"], d["memoryMiB"]) for g in gpus or () if isinstance(g, Mapping)
             for d in g.get("migDevices") or ()]
+
+
+def mig_enabled_from_json(spec: Any) -> list[bool]:
+    """Per GPU of a checked inventory, in its order: whether MIG mode is on (`migMode`)."""
+    gpus = spec.get("gpus") if isinstance(spec, Mapping) else None
+    return [isinstance(g, Mapping) and g.get("migMode") is True for g in gpus or ()]
 
 
 def check_inventory(spec: Any, field: str = "spec") -> None:

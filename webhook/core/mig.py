@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .model import Allocation, Node, PodRequest, Snapshot, TopologyClass
+from .inventory import LevelMatrix, Matrix
+from .model import Allocation, Gpu, Node, PodRequest, Snapshot, TopologyClass
 from .nodeconstraints import AFFINITY, SELECTOR, TAINT
 from .placement import constraints_for
 from .policy import Policy
@@ -104,6 +105,17 @@ def plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[tuple
     topology = TopologyClass.SINGLE if wanted <= 1 else TopologyClass.PCIE
     allocation = Allocation(None, (), wanted, memory, 100, "nvidia", model, topology, 0.0, "mig", mig=profile)
     return tuple(sorted(n.name for n in eligible)), allocation
+
+
+def whole_cards(gpus: tuple[Gpu, ...], nvlink: Matrix, pcie: LevelMatrix,
+                mig_enabled: list[bool]) -> tuple[tuple[Gpu, ...], Matrix, LevelMatrix]:
+    """The inventory's GPUs that are cards, not MIG-partitioned (the device plugin hands out a MIG-mode
+    GPU only as its MIG devices), with the link matrices cut to them."""
+    keep = [i for i in range(len(gpus)) if not (i < len(mig_enabled) and mig_enabled[i])]
+    if len(keep) == len(gpus):
+        return gpus, nvlink, pcie
+    return (tuple(gpus[i] for i in keep), tuple(tuple(nvlink[i][j] for j in keep) for i in keep),
+            tuple(tuple(pcie[i][j] for j in keep) for i in keep))
 
 
 def node_offer(node: Node) -> list[str]:

@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
+from webhook.core.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
 from webhook.core.inventory import (
     inventory_from_json,
     mig_enabled_from_json,
@@ -148,7 +149,9 @@ def _other_vendor(name: str, allocatable: Mapping[str, Any]) -> tuple[str, tuple
         cards = totals["cores"] // 100 if totals.get("cores") else totals.get("count", 0)
         if cards:
             memory = totals.get("memory", 0) // cards
-            return row.vendor, tuple(Gpu(i, f"{name}-{row.vendor}-{i}", model, memory) for i in range(cards))
+            # HAMi's own device ids (`<node>-cambricon-mlu-<i>`), which cambricon.com/use-gpuuuid names.
+            ids = {"cambricon": f"{name}-cambricon-mlu-"}.get(row.vendor, f"{name}-{row.vendor}-")
+            return row.vendor, tuple(Gpu(i, f"{ids}{i}", model, memory) for i in range(cards))
     return "", ()
 
 
@@ -191,6 +194,12 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         if not gpus:
             vendor, gpus = _other_vendor(name, allocatable)
             vendor = vendor or "nvidia"
+            register = REGISTER_ANNOTATIONS.get(vendor)
+            if gpus and register in annotations:  # HAMi's own record: the devices' UUIDs and models
+                try:
+                    gpus = devices_of(str(annotations[register]), f"metadata.annotations[{register}]")
+                except RegisterError as err:
+                    raise ValueError(str(err)) from None
         if gpus:
             source = "labels"
             nvlink, pcie = _no_links(len(gpus)), _pcie_unknown(len(gpus))

@@ -33,7 +33,7 @@ from .quota import check_quota
 from .record import ANNOTATION, Sealed, sealed_text, shape_of
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, whole_cards
-from .vendors import enforced_backend, is_mapping, kept_for_scheduler, list_of, mapping_of
+from .vendors import TOPOLOGY_MODELLED, enforced_backend, is_mapping, kept_for_scheduler, list_of, mapping_of
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -326,7 +326,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
                              f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
                              "when capacity frees up); retry later", tuple(warnings))
             warnings.append(_warn(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible node(s)"))
-        if allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
+        if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
+            allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
+        elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
             warnings.append(_warn(f"GPUs linked over {allocation.topology.value}: expected communication loss "
                                   f"{allocation.loss:.0%}"))
     else:

@@ -314,11 +314,14 @@ def _csv(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def _selectors(annotations: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
-    """HAMi's GPU selection annotations of every vendor: (use-type, nouse-type, use-uuid, nouse-uuid)."""
+def _selectors(annotations: Mapping[str, Any], vendor: str) -> tuple[tuple[str, ...], ...]:
+    """HAMi's GPU selection annotations, (use-type, nouse-type, use-uuid, nouse-uuid): the pod's vendor's
+    own (HAMi's Hygon devices read only hygon.com/use-dcutype, never nvidia.com/use-gputype), every
+    vendor's while the pod names none."""
     if _SELECTOR_KEYS.isdisjoint(annotations):  # the usual pod: twelve look-ups saved
         return (), (), (), ()
-    return tuple(tuple(x for v in SELECTORS.values() for x in _csv(annotations, v[i])) for i in range(4))
+    rows = [SELECTORS[vendor]] if vendor in SELECTORS else list(SELECTORS.values())
+    return tuple(tuple(x for v in rows for x in _csv(annotations, v[i])) for i in range(4))
 
 
 def _choice(
@@ -486,7 +489,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
                 f"volume hostPath {path} exposes the node's GPU devices; "
                 "remove it and ask for GPUs in resources.limits",
             )
-    include, exclude, uuids_in, uuids_out = _selectors(annotations)
+    include, exclude, uuids_in, uuids_out = _selectors(annotations, next(iter(vendors)) if len(vendors) == 1 else "")
     placement = _choice(annotations, PLACEMENT, PLACEMENT_POLICIES, notes)
     if placement is None:
         placement = _choice(annotations, HAMI_NODE_POLICY, HAMI_POLICIES, notes, strict=False)

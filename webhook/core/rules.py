@@ -14,6 +14,7 @@ from .nodereach import ShapeReach, count_rejections, reach_of, shape_names
 from .placement import constraints_for, index_of
 from .policy import Policy
 from .topology import largest_nvlink_clique
+from .vendors import memory_name, selector_names
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
             422,
             "memory-too-large",
             f"asks for {request.memory_mib} MiB of GPU memory per GPU; the largest eligible card{within} has "
-            f"{largest_card} MiB: lower nvidia.com/gpumem to at most {largest_card}",
+            f"{largest_card} MiB: lower {memory_name(request.vendor)} to at most {largest_card}",
         )
     if request.uuids_include:
         usable = {id(s) for s in eligible}
@@ -157,8 +158,8 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
             return Denial(
                 422,
                 "no-such-uuid",
-                f"asks for GPU UUIDs {', '.join(request.uuids_include)} (nvidia.com/use-gpuuuid); no eligible "
-                f"node{within} has any of them",
+                f"asks for GPU UUIDs {', '.join(request.uuids_include)} ({selector_names(request.vendor)[2]}); "
+                f"no eligible node{within} has any of them",
             )
     return Denial(
         422,
@@ -205,5 +206,5 @@ def _no_model(request: PodRequest, allowed: tuple[str, ...], models: list[str], 
         422,
         "no-such-model",
         f"asks for GPU model {asked}{excluded}; {have} {', '.join(models)}: "
-        "change nvidia.com/use-gputype or nvidia.com/nouse-gputype",
+        f"change {selector_names(request.vendor)[0]} or {selector_names(request.vendor)[1]}",
     )

@@ -61,6 +61,9 @@ _MIG_PROFILE = re.compile(r"(?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb(?:[.+][a-z0-9]+)*")
 # Vendors whose runtime reads the CUDA limit variables (HAMi-core, MPS). Hygon's DCU and Cambricon's MLU
 # runtimes read their device plugin's own configuration (HAMi's allocation annotations), never CUDA_*.
 CUDA_ENFORCED = frozenset({"nvidia"})
+# Vendors whose links the topology model and its loss figures (NVLink vs PCIe, measured on NVIDIA GPUs)
+# describe; other vendors' multi-device pods get no loss figure and no link warning.
+TOPOLOGY_MODELLED = frozenset({"nvidia"})
 
 # Resource domains whose unknown names (nvidia.com/gpu.shared) are devices.
 VENDOR_DOMAINS: Mapping[str, str] = {
@@ -91,6 +94,19 @@ SELECTORS: Mapping[str, tuple[str, str, str, str]] = {
         "cambricon.com/nouse-gpuuuid",
     ),
 }
+
+
+
+def selector_names(vendor: str) -> tuple[str, str, str, str]:
+    """The vendor's own selection annotations (HAMi reads only those for its devices); NVIDIA's for ""."""
+    return SELECTORS.get(vendor, SELECTORS["nvidia"])
+
+
+def memory_name(vendor: str) -> str:
+    """The per-device memory resource a user of this vendor writes (hygon.com/dcumem, ...)."""
+    row = next((r for r in VENDORS if r.vendor == vendor and r.memory), VENDORS[0])
+    return (row.memory or "nvidia.com/gpumem").replace("<model>", "mlu")
+
 
 ALLOCATION = "gpu-admission.io/allocation"
 PLACEMENT = "gpu-admission.io/placement"

@@ -14,11 +14,11 @@ from builders import A100, QuotaLimits, node, pod, snapshot
 
 from webhook.agent.discovery import discover, mig_profile_name
 from webhook.agent.nvml import start
-from webhook.cluster.translate import node_of
+from webhook.cluster.translate import build_snapshot, node_of
 from webhook.core import admit
 from webhook.core.inventory import InventoryError, check_inventory
 from webhook.core.mig import offer_of
-from webhook.core.model import Snapshot
+from webhook.core.model import GpuUsage, Snapshot, Usage
 from webhook.core.policy import Policy
 from webhook.core.record import ANNOTATION
 from webhook.core.resources import parse_pod
@@ -132,15 +132,31 @@ def test_a_node_selector_that_excludes_every_offering_node_is_named() -> None:
         denied.message)
 
 
-def test_mig_devices_are_not_charged_as_whole_gpus_but_their_memory_counts() -> None:
-    # No whole GPU left in the namespace: a MIG device is not one (the API server charges
-    # requests.nvidia.com/mig-3g.20gb itself).
-    m, _, v = chain(pod({"nvidia.com/mig-3g.20gb": 2}), mig_cluster(gpus=0))
+def test_mig_devices_are_charged_under_their_profile_never_as_whole_gpus() -> None:
+    # No whole GPU left in the namespace: a MIG device is not one.
+    m, _, v = chain(pod({"nvidia.com/mig-3g.20gb": 2}), mig_cluster(gpus=0, memory_mib=0))
     assert v.allocation is not None
-    assert (v.allocation.usage().gpus, v.allocation.usage().memory_mib) == (0, 2 * 20096)
-    denied = admit.mutate(pod({"nvidia.com/mig-3g.20gb": 1}), mig_cluster(memory_mib=10000), Policy())
+    assert v.allocation.usage() == Usage(keys=(("requests.nvidia.com/mig-3g.20gb", 2),))
+    # The API server's own key for the extended resource, checked here too (so check predicts it).
+    denied = admit.mutate(pod({"nvidia.com/mig-3g.20gb": 2}),
+                          mig_cluster(keys=(("requests.nvidia.com/mig-3g.20gb", 1),)), Policy())
     assert (denied.allowed, denied.reason) == (False, "quota-exceeded")
-    assert "limits.nvidia.com/gpumem used 0 MiB, asked 20096 MiB" in denied.message
+    assert "requests.nvidia.com/mig-3g.20gb used 0, asked 2, limit 1" in denied.message
+    assert admit.mutate(pod({"nvidia.com/mig-1g.5gb": 1}),
+                        mig_cluster(keys=(("requests.nvidia.com/mig-3g.20gb", 1),)), Policy()).allowed
+
+
+def test_running_mig_pods_hold_no_card_and_count_under_their_profile() -> None:
+    nodes = [{"kind": "Node", "metadata": {"name": "mig-1", "labels": MIXED_LABELS},
+              "status": {"allocatable": {**MIXED_ALLOCATABLE, "nvidia.com/gpu": "1"}}},
+             {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team-a"},
+              "spec": {"hard": {"requests.nvidia.com/mig-3g.20gb": "2", "requests.nvidia.com/gpu": "1"}}}]
+    running = pod({"nvidia.com/mig-3g.20gb": 1}, nodeName="mig-1")
+    running["status"] = {"phase": "Running"}
+    built = build_snapshot([*nodes, running])
+    assert built.usage["mig-1"].gpus[0] == GpuUsage()  # the one card is still free
+    assert built.namespace_usage["team-a"] == Usage(keys=(("requests.nvidia.com/mig-3g.20gb", 1),))
+    assert built.quotas["team-a"][0].keys == (("requests.nvidia.com/mig-3g.20gb", 2),)
 
 
 @pytest.mark.parametrize(("limits", "message"), [

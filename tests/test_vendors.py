@@ -4,13 +4,14 @@ vendor's annotations, and no NVLink/PCIe loss figure for links the topology mode
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
 import pytest
 from builders import A100, node, pod, snapshot
 
-from webhook.cluster.translate import node_of
+from webhook.cluster.translate import node_of, quotas_of
 from webhook.core import admit
 from webhook.core.model import Snapshot
 from webhook.core.policy import Policy
@@ -113,3 +114,34 @@ def test_multi_dcu_pods_get_no_nvidia_link_loss() -> None:
 def test_a_malformed_register_names_the_annotation() -> None:
     with pytest.raises(ValueError, match=r"metadata.annotations\[hami.io/node-dcu-register\]: entry 0"):
         node_of(dcu_node("bad", "DCU-0,10,lots,100,DCU,0,true:"))
+
+
+def quota_cluster(hard: dict[str, str]) -> Snapshot:
+    base = cluster()
+    obj = {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team-a"}, "spec": {"hard": hard}}
+    return replace(base, quotas={"team-a": (quotas_of(obj),)})
+
+
+def test_dcu_and_mlu_pods_are_not_charged_as_nvidia_gpus() -> None:
+    no_nvidia = quota_cluster({"requests.nvidia.com/gpu": "0", "limits.nvidia.com/gpumem": "0"})
+    assert admit.mutate(pod({"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000}), no_nvidia, Policy()).allowed
+    assert admit.mutate(pod({"cambricon.com/vmlu": 1}), no_nvidia, Policy()).allowed
+    assert not admit.mutate(pod({"nvidia.com/gpu": 1}), no_nvidia, Policy()).allowed
+
+
+def test_hamis_hygon_quota_keys_are_enforced() -> None:
+    snap = quota_cluster({"limits.hygon.com/dcumem": "3000", "requests.hygon.com/dcunum": "4"})
+    denied = admit.mutate(pod({"hygon.com/dcunum": 2, "hygon.com/dcumem": 2000}), snap, Policy())
+    assert (denied.allowed, denied.reason) == (False, "quota-exceeded")
+    assert "limits.hygon.com/dcumem used 0 MiB, asked 4000 MiB, limit 3000 MiB" in denied.message
+    assert admit.mutate(pod({"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000}), snap, Policy()).allowed
+
+
+def test_hamis_cambricon_memory_quota_is_in_256_mib_units() -> None:
+    # HAMi multiplies limits.cambricon.com/<model>.smlu.vmemory by its memory factor, 256 MiB.
+    snap = quota_cluster({"limits.cambricon.com/mlu370.smlu.vmemory": "10"})
+    asked = {"cambricon.com/vmlu": 1, "cambricon.com/mlu370.smlu.vmemory": 20}
+    denied = admit.mutate(pod(asked), snap, Policy())
+    assert (denied.allowed, denied.reason) == (False, "quota-exceeded")
+    assert "limits.cambricon.com/mlu.smlu.vmemory used 0 MiB, asked 5120 MiB, limit 2560 MiB" in denied.message
+    assert admit.mutate(pod({**asked, "cambricon.com/mlu370.smlu.vmemory": 10}), snap, Policy()).allowed

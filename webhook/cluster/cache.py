@@ -20,6 +20,7 @@ from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import toolkit_from_json
 from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.resources import is_gpu_pod
+from webhook.core.vendor_quota import usage_of
 from webhook.core.vendors import ALLOCATION
 
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
@@ -413,7 +414,7 @@ class ClusterCache:
             return Usage()
         node = self._nodes.get(use.node or "")
         card = node.gpus[0].memory_mib if node is not None and node.gpus else 0
-        return Usage(use.count, use.memory_on(card) * use.count, use.cores * use.count)
+        return usage_of(use.vendor, use.mig, use.count, use.memory_on(card) * use.count, use.cores * use.count)
 
     def _count(self, pod: PodRecord, sign: int) -> None:
         if pod.use is None:

@@ -40,6 +40,7 @@ from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
 from webhook.core.resources import parse_pod
+from webhook.core.vendor_quota import quota_key, usage_of
 from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
 
 from .held import held_of
@@ -195,7 +196,7 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
             vendor, gpus = _other_vendor(name, allocatable)
             vendor = vendor or "nvidia"
             register = REGISTER_ANNOTATIONS.get(vendor)
-            if gpus and register in annotations:  # HAMi's own record: the devices' UUIDs and models
+            if gpus and register is not None and register in annotations:  # HAMi's record: UUIDs, models
                 try:
                     gpus = devices_of(str(annotations[register]), f"metadata.annotations[{register}]")
                 except RegisterError as err:
@@ -250,7 +251,12 @@ def quotas_of(obj: Mapping[str, Any]) -> QuotaLimits:
     for field, keys in QUOTA_KEYS.items():
         given = [_whole(hard[k], f"spec.hard[{k}]") for k in keys if k in hard]
         values[field] = min(given) if given else None
-    return QuotaLimits(_name(obj), values["gpus"], values["memory_mib"], values["cores"])
+    others: dict[str, int] = {}
+    for key, value in hard.items():
+        found = quota_key(str(key), _whole(value, f"spec.hard[{key}]")) if isinstance(key, str) else None
+        if found is not None:  # MIG profiles', Hygon's and Cambricon's keys; the smallest applies
+            others[found[0]] = min(others.get(found[0], found[1]), found[1])
+    return QuotaLimits(_name(obj), values["gpus"], values["memory_mib"], values["cores"], tuple(sorted(others.items())))
 
 
 @dataclass(frozen=True)
@@ -271,6 +277,7 @@ class PodUsage:
     cpu_milli: int
     memory_mib_host: int
     vendor: str = "nvidia"
+    mig: str = ""  # MIG profile: the pod holds MIG devices, no card
 
     @property
     def exclusive(self) -> bool:
@@ -317,7 +324,7 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
         if recorded.node == node and len(recorded.gpus) == request.gpus and len(set(recorded.gpus)) == request.gpus:
             indices = recorded.gpus
     return PodUsage(request.namespace, node, indices, request.gpus, memory_mib, memory_pct, cores,
-                    request.cpu_milli, request.memory_mib_host, vendor)
+                    request.cpu_milli, request.memory_mib_host, vendor, request.mig)
 
 
 def _recorded_placement(raw: object) -> Allocation | None:
@@ -342,7 +349,10 @@ def host_usage_of(pod: Mapping[str, Any]) -> tuple[str | None, int, int]:
 
 
 def place_usage(node: Node, gpus: list[GpuUsage], use: PodUsage) -> None:
-    """Add a pod's usage to a node's GPUs: the recorded ones, else the least used (deterministic)."""
+    """Add a pod's usage to a node's GPUs: the recorded ones, else the least used (deterministic). A pod
+    of MIG devices holds none of the node's cards."""
+    if use.mig:
+        return
     positions = {gpu.index: p for p, gpu in enumerate(node.gpus)}
     chosen = [positions[i] for i in use.gpus or () if i in positions]
     if len(chosen) != use.count or len(set(chosen)) != len(chosen):
@@ -418,7 +428,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
             host[use.node][0] += use.cpu_milli
             host[use.node][1] += use.memory_mib_host
             host[use.node][2] += 1
-        taken = Usage(use.count, use.memory_on(card) * use.count, use.cores * use.count)
+        taken = usage_of(use.vendor, use.mig, use.count, use.memory_on(card) * use.count, use.cores * use.count)
         namespace_usage[use.namespace] = namespace_usage.get(use.namespace, Usage()) + taken
     quotas: dict[str, list[QuotaLimits]] = {}
     for obj in by_kind["ResourceQuota"]:

@@ -7,7 +7,7 @@ core; nothing here knows about Kubernetes objects, HTTP or files.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -103,6 +103,8 @@ class QuotaLimits:
     gpus: int | None = None  # requests.nvidia.com/gpu
     memory_mib: int | None = None  # limits.nvidia.com/gpumem, memory x GPUs
     cores: int | None = None  # limits.nvidia.com/gpucores, percent x GPUs
+    # MIG profiles' and other vendors' keys (core/vendor_quota.py), normalised, with their limits.
+    keys: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +114,26 @@ class Usage:
     gpus: int = 0
     memory_mib: int = 0
     cores: int = 0
+    # MIG profiles' and other vendors' quota keys (core/vendor_quota.py): (normalised key, amount), sorted.
+    keys: tuple[tuple[str, int], ...] = ()
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.gpus + other.gpus, self.memory_mib + other.memory_mib, self.cores + other.cores)
+        keys = _merged(self.keys, other.keys, 1) if self.keys or other.keys else ()
+        return Usage(self.gpus + other.gpus, self.memory_mib + other.memory_mib, self.cores + other.cores, keys)
 
     def __sub__(self, other: Usage) -> Usage:
-        return Usage(self.gpus - other.gpus, self.memory_mib - other.memory_mib, self.cores - other.cores)
+        keys = _merged(self.keys, other.keys, -1) if self.keys or other.keys else ()
+        return Usage(self.gpus - other.gpus, self.memory_mib - other.memory_mib, self.cores - other.cores, keys)
+
+    def key(self, name: str) -> int:
+        return next((amount for key, amount in self.keys if key == name), 0)
+
+
+def _merged(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int) -> tuple[tuple[str, int], ...]:
+    total = dict(a)
+    for key, amount in b:
+        total[key] = total.get(key, 0) + sign * amount
+    return tuple(sorted((k, v) for k, v in total.items() if v))
 
 
 @dataclass(frozen=True)
@@ -359,9 +375,12 @@ class Allocation:
         """What this allocation counts against the namespace's quotas: count x slice, per container when
         the containers' slices differ (init containers as Kubernetes counts them: the largest one, or
         the app containers together, whichever is more). MIG devices are no whole `nvidia.com/gpu` (the
-        API server charges `requests.nvidia.com/mig-<profile>` itself); their memory counts."""
-        if self.mig:
-            return Usage(0, self.memory_mib * self.gpu_count, 0)
+        API server charges `requests.nvidia.com/mig-<profile>` itself, and so does this), nor Hygon's or
+        Cambricon's devices: they count under their own keys (core/vendor_quota.py)."""
+        if self.mig or self.vendor not in ("nvidia", ""):
+            whole = Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+            base = replace(self, mig="", vendor="nvidia").usage() if self.containers else whole
+            return _vendor_usage(self.vendor, self.mig, base)
         if not self.containers:
             return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
         app = [(n * m, n * c) for _, init, n, m, c in self.containers if not init]
@@ -369,6 +388,12 @@ class Allocation:
         memory = max([sum(m for m, _ in app), *(m for m, _ in init)])
         cores = max([sum(c for _, c in app), *(c for _, c in init)])
         return Usage(self.gpu_count, memory, cores)
+
+
+def _vendor_usage(vendor: str, mig: str, base: Usage) -> Usage:
+    from .vendor_quota import usage_of  # imported here: vendor_quota builds on this module
+
+    return usage_of(vendor, mig, base.gpus, base.memory_mib, base.cores)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import QuotaLimits, Snapshot, Usage
+from .vendor_quota import UNITS
 
 KEYS = (
     ("gpus", "requests.nvidia.com/gpu", ""),
@@ -34,11 +35,13 @@ def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
     used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
     warnings: list[str] = []
     for quota in quotas:
-        for attr, key, unit in KEYS:
-            limit = getattr(quota, attr)
+        for attr, key, unit, limit in _limits(quota):
             if limit is None:
                 continue
-            now, ask = getattr(used, attr), getattr(asked, attr)
+            if attr == "keys":
+                now, ask = used.key(key), asked.key(key)
+            else:
+                now, ask = getattr(used, attr), getattr(asked, attr)
             if ask and now + ask > limit:
                 room = max(limit - now, 0)
                 fix = (
@@ -55,6 +58,12 @@ def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
     return QuotaCheck(None, tuple(warnings)) if warnings else _WITHIN
 
 
+def _limits(quota: QuotaLimits) -> list[tuple[str, str, str, int | None]]:
+    """(field, quota key, unit, limit) of every key the quota sets: NVIDIA's three, then the others."""
+    found = [(attr, key, unit, getattr(quota, attr)) for attr, key, unit in KEYS]
+    return found + [("keys", key, UNITS.get(key, ""), limit) for key, limit in quota.keys] if quota.keys else found
+
+
 def quota_rows(snapshot: Snapshot) -> list[tuple[str, str, int, int]]:
     """(namespace, resource key, used, limit) for every quota key set: what /metrics exports."""
     rows = []
@@ -67,7 +76,7 @@ def quota_rows(snapshot: Snapshot) -> list[tuple[str, str, int, int]]:
 
 def _rows(namespace: str, quota: QuotaLimits, used: Usage) -> list[tuple[str, str, int, int]]:
     return [
-        (namespace, key, getattr(used, attr), getattr(quota, attr))
-        for attr, key, _ in KEYS
-        if getattr(quota, attr) is not None
+        (namespace, key, used.key(key) if attr == "keys" else getattr(used, attr), limit)
+        for attr, key, _, limit in _limits(quota)
+        if limit is not None
     ]

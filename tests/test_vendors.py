@@ -145,3 +145,21 @@ def test_hamis_cambricon_memory_quota_is_in_256_mib_units() -> None:
     assert (denied.allowed, denied.reason) == (False, "quota-exceeded")
     assert "limits.cambricon.com/mlu.smlu.vmemory used 0 MiB, asked 5120 MiB, limit 2560 MiB" in denied.message
     assert admit.mutate(pod({**asked, "cambricon.com/mlu370.smlu.vmemory": 10}), snap, Policy()).allowed
+
+
+def test_mlu_slices_stay_in_the_pod_for_the_default_scheduler() -> None:
+    # Cambricon's device plugin advertises <model>.smlu.vmemory and .smlu.vcore: the scheduler fits them
+    # and the plugin sizes the MLU slice from them, so they stay.
+    limits = {"cambricon.com/vmlu": 1, "cambricon.com/mlu370.smlu.vmemory": 20, "cambricon.com/mlu370.smlu.vcore": 10}
+    _, patched = chain(pod(limits), cluster())
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == limits
+
+
+def test_a_dcu_slice_outside_hamis_scheduler_is_admitted_with_a_warning() -> None:
+    limits = {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000}
+    m, patched = chain(pod(limits), cluster())
+    assert m.warnings == ("hygon.com/dcumem and dcucores are enforced only with schedulerName: hami-scheduler; "
+                          "recorded and counted here",)
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {"hygon.com/dcunum": 1}
+    m, patched = chain(pod(limits, schedulerName="hami-scheduler"), cluster())
+    assert m.warnings == () and patched["spec"]["containers"][0]["resources"]["limits"] == limits

@@ -33,7 +33,15 @@ from .quota import check_quota
 from .record import ANNOTATION, Sealed, sealed_text, shape_of
 from .resources import parse_pod
 from .rules import check_policy, check_satisfiable, whole_cards
-from .vendors import TOPOLOGY_MODELLED, enforced_backend, is_mapping, kept_for_scheduler, list_of, mapping_of
+from .vendors import (
+    TOPOLOGY_MODELLED,
+    enforced_backend,
+    is_mapping,
+    kept_for_scheduler,
+    list_of,
+    mapping_of,
+    unenforced_slice,
+)
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
@@ -303,6 +311,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
     if annotations:
         warnings += [_warn(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
+    unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
+    if unenforced:
+        warnings.append(_warn(unenforced))
     placement: Placement | None = None
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it

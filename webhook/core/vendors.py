@@ -184,8 +184,16 @@ SCHEDULER_RESOURCES: Mapping[str, tuple[str, ...]] = {
 }
 
 
+# Slice resources a node's device plugin advertises itself, so every scheduler (the default one too) fits
+# them and the pod keeps them: Cambricon's plugin in dynamic-smlu mode advertises `<model>.smlu.vmemory`
+# and `.smlu.vcore` (HAMi reads their capacity from the Node to know the cards).
+_ADVERTISED_SLICES = re.compile(r"cambricon\.com/[A-Za-z0-9][-A-Za-z0-9_]*\.smlu\.(?:vmemory|vcore)")
+
+
 def kept_for_scheduler(scheduler: str, name: str) -> bool:
-    """Whether a slice resource stays in the pod because its scheduler reads it."""
+    """Whether a slice resource stays in the pod because its scheduler reads it (or nodes advertise it)."""
+    if name.startswith("cambricon.com/") and _ADVERTISED_SLICES.fullmatch(name):
+        return True
     domains = SCHEDULER_RESOURCES.get(scheduler)
     return domains is not None and name.startswith(domains)
 
@@ -207,6 +215,15 @@ def enforced_backend(vendor: str, mig: str, backend: str) -> str:
     """The limit backend that applies to a pod's devices: none for MIG devices (the hardware bounds a MIG
     device's memory and SMs) and for vendors whose runtime does not read CUDA_* variables."""
     return backend if vendor in CUDA_ENFORCED and not mig else "none"
+
+
+def unenforced_slice(vendor: str, shared: bool, scheduler: str) -> str | None:
+    """The warning for a DCU slice nothing will enforce: HAMi's DCU plugin limits only the devices HAMi's
+    scheduler assigned (`hami.io/dcu-devices-allocated`), and no CUDA variable reaches a DCU."""
+    if vendor == "hygon" and shared and scheduler != "hami-scheduler":
+        return ("hygon.com/dcumem and dcucores are enforced only with schedulerName: hami-scheduler; "
+                "recorded and counted here")
+    return None
 
 
 def vendor_of_resource(name: str) -> str | None:

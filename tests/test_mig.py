@@ -254,3 +254,12 @@ def test_an_inventory_vendor_keeps_a_dcu_node_a_dcu_node() -> None:
     spec["vendor"] = "amd"
     with pytest.raises(InventoryError, match="spec.vendor: must be one of nvidia, hygon, cambricon, got 'amd'"):
         check_inventory(spec)
+
+
+def test_a_node_advertising_only_mig_devices_has_no_whole_card() -> None:
+    # GFD's nvidia.com/gpu.count counts the MIG-mode cards too; the device plugin advertises none whole.
+    allocatable = {k: v for k, v in MIXED_ALLOCATABLE.items() if k != "nvidia.com/gpu"}
+    only_mig = node_of(node_obj("mig-only", MIXED_LABELS, allocatable))
+    assert only_mig.gpus == () and only_mig.mig == {"1g.5gb": (7, 4864), "3g.20gb": (2, 20096)}
+    assert not admit.mutate(pod({"nvidia.com/gpu": 1}), snapshot(only_mig), Policy()).allowed
+    assert admit.mutate(pod({"nvidia.com/mig-1g.5gb": 1}), snapshot(only_mig), Policy()).allowed

@@ -41,7 +41,7 @@ from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
 from webhook.core.resources import parse_pod
 from webhook.core.vendor_quota import quota_key, usage_of
-from webhook.core.vendors import ALLOCATION, VENDORS, classify_resource
+from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
 
 from .held import held_of
 
@@ -115,6 +115,8 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
     count: int | None = None
     if "nvidia.com/gpu.count" in labels:
         count = _whole(labels["nvidia.com/gpu.count"], "metadata.labels[nvidia.com/gpu.count]")
+    if "nvidia.com/gpu" not in allocatable and any(k.startswith(MIG_PREFIX) for k in allocatable):
+        return ()  # GFD counts MIG-mode cards too; a node advertising only MIG devices has no whole card
     if "nvidia.com/gpu" in allocatable:
         advertised = _whole(allocatable["nvidia.com/gpu"], "status.allocatable[nvidia.com/gpu]")
         sharing = labels.get("nvidia.com/gpu.sharing-strategy", "none")

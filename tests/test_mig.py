@@ -5,15 +5,18 @@ the profile when no node offers it. Node offers come from allocatable, GFD label
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import fake_nvml
 import jsonpatch
 import pytest
+import yaml
 from builders import A100, QuotaLimits, node, pod, snapshot
 
 from webhook.agent.discovery import discover, mig_profile_name
 from webhook.agent.nvml import start
+from webhook.cli import main
 from webhook.cluster.translate import build_snapshot, node_of
 from webhook.core import admit
 from webhook.core.inventory import InventoryError, check_inventory
@@ -263,3 +266,15 @@ def test_a_node_advertising_only_mig_devices_has_no_whole_card() -> None:
     assert only_mig.gpus == () and only_mig.mig == {"1g.5gb": (7, 4864), "3g.20gb": (2, 20096)}
     assert not admit.mutate(pod({"nvidia.com/gpu": 1}), snapshot(only_mig), Policy()).allowed
     assert admit.mutate(pod({"nvidia.com/mig-1g.5gb": 1}), snapshot(only_mig), Policy()).allowed
+
+
+def test_check_reports_a_mig_pod_and_its_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump_all([
+        node_obj("mig-1", MIXED_LABELS, MIXED_ALLOCATABLE),
+        {"kind": "Namespace", "metadata": {"name": "default", "labels": {"gpu-admission.io/enabled": "true"}}},
+    ]))
+    manifest = Path(__file__).parent / "fixtures" / "manifests" / "hami-examples-nvidia-mig_example.yaml"
+    assert main(["check", "--cluster", str(cluster_file), str(manifest)]) == 0
+    out = capsys.readouterr().out
+    assert "ALLOW  Pod default/gpu-pod: on a node offering nvidia.com/mig-3g.20gb, 1 MIG device(s) x 20096 MiB" in out

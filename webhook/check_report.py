@@ -66,6 +66,9 @@ def render_text(results: Sequence[Result], verbose: bool) -> str:
             where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
             gpus = f"{alloc.get('gpuCount', 0)} GPU" + ("s" if alloc.get("gpuCount", 0) != 1 else "")
             detail = f"{where}, {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}%, {alloc.get('topology')}"
+            if alloc.get("mig"):  # MIG devices: the scheduler picks among the nodes offering the profile
+                detail = (f"on a node offering nvidia.com/mig-{alloc['mig']}, {alloc.get('gpuCount', 0)} MIG "
+                          f"device(s) x {alloc.get('memoryMiB')} MiB")
             if r.replicas > 1:
                 detail = f"{r.message}; {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}% each"
             verdict = "ALLOW"

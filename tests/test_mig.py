@@ -278,3 +278,12 @@ def test_check_reports_a_mig_pod_and_its_profile(tmp_path: Path, capsys: pytest.
     assert main(["check", "--cluster", str(cluster_file), str(manifest)]) == 0
     out = capsys.readouterr().out
     assert "ALLOW  Pod default/gpu-pod: on a node offering nvidia.com/mig-3g.20gb, 1 MIG device(s) x 20096 MiB" in out
+
+
+def test_a_mig_device_pod_marked_vgpu_mode_mig_gets_no_backend_warning() -> None:
+    m, _, _ = chain(pod({"nvidia.com/mig-3g.20gb": 1}, annotations={"nvidia.com/vgpu-mode": "mig"}), mig_cluster())
+    assert m.warnings == ()
+    # A card slice marked mig still hears that hami-core applies (HAMi's dynamic MIG is not offered).
+    sliced = admit.mutate(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000},
+                              annotations={"nvidia.com/vgpu-mode": "mig"}), mig_cluster(), Policy())
+    assert sliced.warnings == ("annotation nvidia.com/vgpu-mode='mig': limits are enforced with hami-core here",)

@@ -309,7 +309,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     request = _normalise(request, policy)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
-    if annotations:
+    if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
         warnings += [_warn(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
     unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
     if unenforced:

@@ -163,3 +163,12 @@ def test_a_dcu_slice_outside_hamis_scheduler_is_admitted_with_a_warning() -> Non
     assert patched["spec"]["containers"][0]["resources"]["limits"] == {"hygon.com/dcunum": 1}
     m, patched = chain(pod(limits, schedulerName="hami-scheduler"), cluster())
     assert m.warnings == () and patched["spec"]["containers"][0]["resources"]["limits"] == limits
+
+
+def test_mlu_type_annotations_filter_on_the_advertised_model() -> None:
+    assert admit.mutate(pod({"cambricon.com/vmlu": 1}, annotations={"cambricon.com/use-mlutype": "mlu370"}),
+                        cluster(), Policy()).allowed
+    denied = admit.mutate(pod({"cambricon.com/vmlu": 1}, annotations={"cambricon.com/use-mlutype": "MLU590"}),
+                          cluster(), Policy())
+    assert (denied.allowed, denied.code) == (False, 422)
+    assert denied.message.endswith("change cambricon.com/use-mlutype or cambricon.com/nouse-mlutype")

@@ -519,7 +519,7 @@ def test_kai_annotations() -> None:
         ),
         (
             {"gpu-fraction": "0.5"},
-            {"nvidia.com/gpu": 1},
+            {"nvidia.com/gpu": 2},  # a count of 1 is the mutation's own output for the default scheduler
             "dialect-conflict",
             "the pod asks for GPUs in resources and in the gpu-fraction/gpu-memory annotations; use one of them",
         ),

@@ -10,10 +10,13 @@ such limit can use whole cards and is counted so. The decision annotation is nev
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from webhook.core.model import ContainerRequest, PodRequest
-from webhook.core.vendors import is_mapping, list_of
+from webhook.core.vendors import KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY, MAX_GPUS, is_mapping, list_of, mapping_of
+
+KAI_SHARE = (KAI_FRACTION, KAI_MEMORY, KAI_FRACTION_DEVICES)
 
 HAMI_MEMORY = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_CORES = "CUDA_DEVICE_SM_LIMIT"
@@ -111,3 +114,35 @@ def _raw_container(request: PodRequest, c: ContainerRequest) -> dict[str, object
     items = spec.get("initContainers" if c.init else "containers") if isinstance(spec, dict) else None
     item = items[c.index] if isinstance(items, list) and c.index < len(items) else None
     return item if isinstance(item, dict) else {}
+
+
+def without_share_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod without KAI's gpu-fraction / gpu-memory annotations, which its owner can edit or remove
+    on a running pod: accounting must not read them (the pod itself when it has none)."""
+    metadata = mapping_of(pod.get("metadata"))
+    annotations = mapping_of(metadata.get("annotations"))
+    if not any(k in annotations for k in KAI_SHARE):
+        return pod
+    kept = {k: v for k, v in annotations.items() if k not in KAI_SHARE}
+    return {**pod, "metadata": {**metadata, "annotations": kept}}
+
+
+def env_share_of(request: PodRequest) -> tuple[int, Held] | None:
+    """GPUs recorded only in a container's per-device limit variables (`CUDA_DEVICE_MEMORY_LIMIT_<i>`,
+    or the indices of `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`): a share asked by KAI annotation for
+    kai-scheduler, which gets no device count in resources (KAI would read it as whole GPUs). The count is
+    the number of devices the variables cover, the slice theirs; None when no container has any."""
+    best: tuple[int, Held] | None = None
+    for c in request.containers:
+        env = _limit_env(_raw_container(request, c))
+        indices = {int(n[len(HAMI_MEMORY) + 1:]) for n in env
+                   if n.startswith(HAMI_MEMORY + "_") and n[len(HAMI_MEMORY) + 1:].isdigit()}
+        for part in env.get(MPS_MEMORY, "").split(","):
+            index = part.partition("=")[0].strip()
+            if index.isdigit():
+                indices.add(int(index))
+        count = max(indices) + 1 if indices and max(indices) < MAX_GPUS else 0
+        held = _container(env, count) if count else None
+        if held is not None and (best is None or count > best[0]):
+            best = (count, held)
+    return best

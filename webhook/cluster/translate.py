@@ -43,7 +43,7 @@ from webhook.core.resources import parse_pod
 from webhook.core.vendor_quota import quota_key, usage_of
 from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
 
-from .held import held_of
+from .held import env_share_of, held_of, without_share_annotations
 
 CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
@@ -307,11 +307,18 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
     status, spec, metadata = (_map(pod.get(k)) for k in ("status", "spec", "metadata"))
     if status.get("phase") in TERMINAL_PHASES:
         return None
-    request = parse_pod(pod)
+    # KAI's share annotations are editable: the count comes from resources, else from the per-device
+    # limit variables (kai-scheduler pods), and only a pod with neither is read from the annotation.
+    request = parse_pod(without_share_annotations(pod))
+    from_env = env_share_of(request) if request.gpus <= 0 else None
+    if from_env is not None:
+        request = request.evolve(gpus=from_env[0], vendor="nvidia")
+    elif request.gpus <= 0:
+        request = parse_pod(pod)
     if request.gpus <= 0:
         return None
     vendor = request.vendor or "nvidia"
-    held = held_of(request)
+    held = from_env[1] if from_env is not None else held_of(request)
     if held is not None:
         memory_mib, memory_pct, cores = held.memory_mib, None, held.cores
     else:

@@ -86,8 +86,11 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
     plugin: the count of the same dialect (`nvidia.com/gpu: 1`, `volcano.sh/vgpu-number: 1`) when only
     memory/cores were given."""
     ops: list[Op] = []
+    default = request.scheduler_name in ("", "default-scheduler")
     for c in request.containers:
-        if not c.moved_resources:
+        # A share asked by KAI annotation gets its device count too for the default scheduler: the
+        # device plugin then mounts the GPU, and accounting reads the (immutable) count, not the annotation.
+        if not c.moved_resources and not (default and c.gpu is not None and not c.gpu.mig):
             continue
         old = container_of(pod, c).get("resources")
         resources: dict[str, Any] = dict(_map(old))
@@ -96,7 +99,8 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
             if is_mapping(resources.get(section)):
                 resources[section] = {k: v for k, v in resources[section].items() if k not in moved}
         if c.gpu is not None and c.gpu.count > 0:
-            count_name = count_name_of(c.moved_resources[0]) or count_resource.get(c.gpu.vendor)
+            moved_from = count_name_of(c.moved_resources[0]) if c.moved_resources else None
+            count_name = moved_from or count_resource.get(c.gpu.vendor)
             given = [k for s in ("limits", "requests") for k in _map(_map(old).get(s)) if _is_count(k)]
             if count_name and not given:
                 resources["limits"] = {**_map(resources.get("limits")), count_name: str(c.gpu.count)}

@@ -294,6 +294,19 @@ def _kai_container(containers: list[ContainerRequest], name: object, notes: _Not
     return None
 
 
+def _counted_kai_owner(containers: list[ContainerRequest], owner: int | None, share: GpuRequest,
+                       scheduler: object) -> bool:
+    """True when the only GPU resource of a default-scheduler pod asking by KAI annotation is the plain
+    device count of the annotation, on the container the share belongs to (what the mutation writes)."""
+    if owner is None or scheduler not in (None, "", "default-scheduler"):
+        return False
+    have = containers[owner].gpu
+    others = any(c.gpu for i, c in enumerate(containers) if i != owner)
+    return (not others and have is not None and not containers[owner].moved_resources and not have.mig
+            and (have.vendor, have.count, have.memory_mib, have.memory_pct, have.cores)
+            == (share.vendor, share.count, None, None, None))
+
+
 def _effective(app: list[int], init: list[tuple[int, bool]]) -> int:
     """Kubernetes' effective request: max(sum of app containers and sidecars, each init container plus
     the sidecars started before it). `init` is (value, restartable sidecar) in order."""
@@ -451,20 +464,23 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     if annotation_error:
         notes.deny("invalid-annotation", 422, annotation_error)
     if annotation_gpu is not None:
-        if any(c.gpu for c in containers):
+        owner = _kai_container(containers, annotations.get(KAI_FRACTION_CONTAINER), notes) if containers else None
+        # Conflict unless the only GPU resource is the plain device count the mutation adds for the
+        # default scheduler to the container the share belongs to (what accounting reads).
+        if any(c.gpu for c in containers) and not _counted_kai_owner(
+            containers, owner, annotation_gpu, spec.get("schedulerName")
+        ):
             notes.deny(
                 "dialect-conflict",
                 422,
                 f"the pod asks for GPUs in resources and in the {KAI_FRACTION}/"
                 f"{KAI_MEMORY} annotations; use one of them",
             )
-        elif containers:
-            first = _kai_container(containers, annotations.get(KAI_FRACTION_CONTAINER), notes)
-            if first is not None:
-                c = containers[first]
-                containers[first] = ContainerRequest(
-                    c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
-                )
+        elif owner is not None:
+            c = containers[owner]
+            containers[owner] = ContainerRequest(
+                c.name, c.index, c.init, annotation_gpu, c.cpu_milli, c.memory_mib, c.moved_resources
+            )
     vendors: set[str] = set()
     for c in containers:
         if c.gpu is not None:

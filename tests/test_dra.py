@@ -365,7 +365,10 @@ def test_check_reads_claim_templates_written_next_to_the_workload(tmp_path: Path
                  str(FIXTURES / "claims.yaml"), str(jobset)])
     results = json.loads(capsys.readouterr().out)["results"]
     assert code == 1
-    assert [r["kind"] for r in results if not r.get("skipped")] == ["JobSet"]
+    assert not any(r.get("skipped") for r in results)  # claims are decided as the webhook decides them
+    assert [r["kind"] for r in results][-1] == "JobSet"
+    denied = {r["name"]: r["reason"] for r in results if r["kind"] != "JobSet" and not r["allowed"]}
+    assert denied == {"every-gpu": "dra-all-devices", "gpu-monitor": "dra-admin-access"}
     assert "requests.nvidia.com/gpu used 4, asked 2, limit 5" in results[-1]["message"]
     # Without the template the workers' claims cannot be counted: refused, saying so.
     main(["check", "--cluster", str(cluster), "--namespace", "team-a", "-o", "json", str(jobset)])

@@ -81,7 +81,7 @@ def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_namespace: str) -> list[Result]:
     """Decide every pod template in order; each admitted pod is counted before the next is decided."""
     from .core import admit
-    from .workloads import Problem, Skipped, is_cluster_scoped
+    from .workloads import ClaimObject, Problem, Skipped, is_cluster_scoped
 
     results: list[Result] = []
     for item in workloads:
@@ -91,6 +91,8 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
             results.append(Result(item.source, item.kind, item.name, namespace, managed=False,
                                   allowed=False, code=0, reason="input-error", message=item.message, replicas=0,
                                   error=True, error_field=item.field))
+        elif isinstance(item, ClaimObject):
+            results.append(_decide_claim(item, snapshot, policy, item.namespace or default_namespace))
         elif isinstance(item, Skipped):
             namespace = "" if item.cluster_scoped else item.namespace or default_namespace
             managed = bool(namespace) and admit.is_managed(namespace, snapshot, policy)
@@ -107,6 +109,18 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
                                 error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
             results.append(result)
     return results
+
+
+def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Result:
+    """A ResourceClaim or ResourceClaimTemplate, decided by the validating webhook's own function."""
+    from .core.dra_objects import check_claim_object
+    from .workloads.claims import admission_request
+
+    decision = check_claim_object(admission_request(item, namespace), snapshot, policy)
+    return Result(item.source, item.kind, item.name, namespace, managed=decision.managed,
+                  allowed=decision.allowed, code=decision.code if not decision.allowed else 200,
+                  message=decision.message, reason=decision.reason, replicas=0, group="resource.k8s.io",
+                  warnings=list(decision.warnings))
 
 
 def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Result, Any]:

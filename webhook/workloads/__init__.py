@@ -13,6 +13,7 @@ from typing import Any
 from ..core import workload as labels
 from ..manifests import Document, DocumentError, Problem
 from . import argo, kinds, ray, serving, trainer
+from .claims import ClaimObject, is_claim_object
 from .model import Builder, Context, Result, Skipped, Workload, mapping
 from .walk import walk
 
@@ -148,14 +149,18 @@ def context(documents: Iterable[Document | Problem]) -> Context:
     return ctx
 
 
-def workloads(documents: Iterable[Document | Problem]) -> list[Result]:
+def workloads(documents: Iterable[Document | Problem]) -> list[Result | ClaimObject]:
     """Every pod template of every document, in order; problems in place of what could not be decided."""
     entries = list(documents)
     ctx = context(entries)
-    results: list[Result] = []
+    results: list[Result | ClaimObject] = []
     for doc in entries:
         if isinstance(doc, Problem):
             results.append(doc)
+            continue
+        if is_claim_object(group_of(doc.data), doc.data.get("kind")):
+            kind, name, namespace = _safe_identity(doc)
+            results.append(ClaimObject(doc.source, kind, name, namespace, doc.data))
             continue
         try:
             found = pod_templates(doc, ctx)
@@ -181,5 +186,5 @@ def _safe_identity(doc: Document) -> tuple[str, str, str | None]:
         return (kind if isinstance(kind, str) else ""), "", None
 
 
-__all__ = ["Workload", "Skipped", "Problem", "Result", "Context", "pod_templates", "workloads", "context", "group_of",
+__all__ = ["Workload", "Skipped", "ClaimObject", "Problem", "Result", "Context", "pod_templates", "workloads", "context", "group_of",
            "is_cluster_scoped", "display_kind"]

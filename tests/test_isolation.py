@@ -523,15 +523,20 @@ def test_check_reads_config_maps_written_next_to_the_workload(tmp_path: Any, cap
         assert "NVIDIA_VISIBLE_DEVICES from ConfigMap 'infer-config'" in result["message"]
 
 
-def test_a_malformed_host_path_is_not_an_error() -> None:
+def test_a_malformed_host_path_is_refused_naming_the_field() -> None:
     p = cpu_pod(volumes=[{"name": "h", "hostPath": {"path": ["/dev"]}}, {"name": "i", "hostPath": {"path": {}}}])
     assert not is_device_hostpath(["/dev"]) and not is_gpu_pod(p)
-    assert admit.mutate(p, SNAP, Policy()).allowed
+    d = admit.mutate(p, SNAP, Policy())
+    assert (d.allowed, d.code, d.reason) == (False, 422, "invalid-pod")
+    assert d.message == "spec.volumes[0].hostPath.path: expected a string, got a list"
 
 
-def test_malformed_tolerations_and_ephemeral_names_are_not_errors() -> None:
+def test_malformed_tolerations_and_ephemeral_names_are_refused_not_errors() -> None:
     p = cpu_pod(tolerations=[{"key": ["nvidia.com/gpu"], "operator": "Exists"}])
-    assert admit.mutate(p, SNAP, Policy()).allowed
+    d = admit.mutate(p, SNAP, Policy())
+    assert (d.allowed, d.code, d.message) == (False, 422, "spec.tolerations[0].key: expected a string, got a list")
     c = client()
     review = debug_review(mutated_gpu_pod(), {"name": ["dbg"], "image": "busybox"})
-    assert answer(c, "/mutate", review)["allowed"] is True
+    got = answer(c, "/mutate", review)
+    assert got["allowed"] is False and got["status"]["code"] == 422
+    assert "ephemeralContainers[0].name: expected a string" in got["status"]["message"]

@@ -28,6 +28,7 @@ from .model import (
     TopologyPreference,
 )
 from .placement import PlacementContext, WorkloadShape, index_of, place
+from .podshape import shape_error
 from .policy import Policy
 from .quota import check_quota
 from .record import ANNOTATION, Sealed, sealed_text, shape_of
@@ -302,6 +303,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
     the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
     verify in one process with the default). Idempotent: an already-mutated pod gets no operations."""
+    malformed = shape_error(pod)
+    if malformed:
+        return _deny(422, "invalid-pod", malformed)
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
@@ -359,6 +363,9 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
     node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
     a patch."""
+    malformed = shape_error(pod)
+    if malformed:
+        return _deny(422, "invalid-pod", malformed)
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
@@ -395,7 +402,7 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
         if c.gpu is None or c.gpu.count <= 0:
             continue
         env = list_of(patches.container_of(request.raw, c).get("env"))
-        have = {e.get("name"): e.get("value") for e in env if is_mapping(e)}
+        have = {e.get("name"): e.get("value") for e in env if is_mapping(e) and isinstance(e.get("name"), str)}
         for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
             if have.get(name) != value:
                 return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "

@@ -21,6 +21,7 @@ from typing import Any
 from .limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, NO_DEVICES, is_isolation_env
 from .model import Decision, PodRequest, Snapshot, Violation
 from .patch import pointer
+from .podshape import shape_error
 from .policy import Policy
 from .vendors import is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
 
@@ -288,6 +289,9 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
     isolation rules, and get NVIDIA_VISIBLE_DEVICES=void (an ephemeral container never has a GPU)."""
     from .admit import is_managed  # admit imports this module
 
+    malformed = shape_error(pod)
+    if malformed:
+        return Decision(False, 422, malformed, "invalid-pod", gpu_pod=False)
     metadata = mapping_of(pod.get("metadata"))
     namespace = namespace or str(metadata.get("namespace") or "default")
     if not is_managed(namespace, snapshot, policy):

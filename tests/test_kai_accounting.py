@@ -24,7 +24,8 @@ HALF = A100[1] // 2
 KAI = {"schedulerName": "kai-scheduler"}
 
 
-def chain(p: dict[str, Any], policy: Policy = Policy()) -> tuple[Any, dict[str, Any]]:
+def chain(p: dict[str, Any], policy: Policy | None = None) -> tuple[Any, dict[str, Any]]:
+    policy = policy or Policy()
     m = admit.mutate(p, CLUSTER, policy, record_key=KEY)
     assert m.allowed, m.message
     patched = jsonpatch.apply_patch(p, [dict(op) for op in m.patch])

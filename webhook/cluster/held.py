@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.model import ContainerRequest, PodRequest
-from webhook.core.vendors import KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY, MAX_GPUS, is_mapping, list_of, mapping_of
+from webhook.core.vendors import (
+    KAI_FRACTION,
+    KAI_FRACTION_DEVICES,
+    KAI_MEMORY,
+    MAX_GPUS,
+    is_mapping,
+    list_of,
+    mapping_of,
+)
 
 KAI_SHARE = (KAI_FRACTION, KAI_MEMORY, KAI_FRACTION_DEVICES)
 

@@ -186,5 +186,5 @@ def _safe_identity(doc: Document) -> tuple[str, str, str | None]:
         return (kind if isinstance(kind, str) else ""), "", None
 
 
-__all__ = ["Workload", "Skipped", "ClaimObject", "Problem", "Result", "Context", "pod_templates", "workloads", "context", "group_of",
-           "is_cluster_scoped", "display_kind"]
+__all__ = ["Workload", "Skipped", "ClaimObject", "Problem", "Result", "Context", "pod_templates", "workloads",
+           "context", "group_of", "is_cluster_scoped", "display_kind"]

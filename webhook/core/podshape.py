@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-Check = Callable[[object, str], "str | None"]
+# A check returns None, or (the path below the value, what was expected): the path is only built for
+# an error, since every admission runs these on a valid pod (a field name is not formatted per field).
+Error = tuple[str, str]
+Check = Callable[[object], "Error | None"]
 
 
 def _kind(value: object) -> str:
@@ -26,66 +29,72 @@ def _kind(value: object) -> str:
     return "a string" if isinstance(value, str) else type(value).__name__
 
 
-def _string(value: object, where: str) -> str | None:
-    return None if value is None or isinstance(value, str) else f"{where}: expected a string, got {_kind(value)}"
+def _string(value: object) -> Error | None:
+    return None if value is None or type(value) is str or isinstance(value, str) else (
+        "", f"expected a string, got {_kind(value)}")
 
 
-def _boolean(value: object, where: str) -> str | None:
-    return None if value is None or isinstance(value, bool) else f"{where}: expected true or false, got {_kind(value)}"
+def _boolean(value: object) -> Error | None:
+    return None if value is None or isinstance(value, bool) else ("", f"expected true or false, got {_kind(value)}")
 
 
-def _integer(value: object, where: str) -> str | None:
+def _integer(value: object) -> Error | None:
     ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
-    return None if ok else f"{where}: expected a whole number, got {_kind(value)}"
+    return None if ok else ("", f"expected a whole number, got {_kind(value)}")
 
 
-def _quantity(value: object, where: str) -> str | None:
+def _quantity(value: object) -> Error | None:
     ok = value is None or isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
-    return None if ok else f"{where}: expected a quantity such as 1 or \"2Gi\", got {_kind(value)}"
+    return None if ok else ("", f'expected a quantity such as 1 or "2Gi", got {_kind(value)}')
 
 
 def _object(fields: Mapping[str, Check]) -> Check:
     """A mapping whose named fields have the given checks; other fields are not read here."""
-    def check(value: object, where: str) -> str | None:
+    items = tuple(fields.items())
+    strings = frozenset(name for name, field_check in items if field_check is _string)
+
+    def check(value: object) -> Error | None:
         if value is None:
             return None
-        if not isinstance(value, Mapping):
-            return f"{where}: expected a mapping, got {_kind(value)}"
-        for name, field_check in fields.items():
-            found = field_check(value.get(name), f"{where}.{name}" if where else name)
-            if found:
-                return found
+        if type(value) is not dict and not isinstance(value, Mapping):  # dict first: the ABC check is slow
+            return "", f"expected a mapping, got {_kind(value)}"
+        for name, field_check in items:
+            entry = value.get(name)
+            if entry is not None and not (type(entry) is str and name in strings):  # the common case, inline
+                found = field_check(entry)
+                if found:
+                    return f".{name}{found[0]}", found[1]
         return None
     return check
 
 
 def _list(item: Check) -> Check:
-    def check(value: object, where: str) -> str | None:
+    def check(value: object) -> Error | None:
         if value is None:
             return None
         if not isinstance(value, list):
-            return f"{where}: expected a list, got {_kind(value)}"
+            return "", f"expected a list, got {_kind(value)}"
         for i, entry in enumerate(value):
-            found = item(entry, f"{where}[{i}]") if entry is not None else f"{where}[{i}]: expected an entry, got null"
+            found = item(entry) if entry is not None else ("", "expected an entry, got null")
             if found:
-                return found
+                return f"[{i}]{found[0]}", found[1]
         return None
     return check
 
 
 def _map_of(values: Check) -> Check:
     """A mapping of string keys to values of one check (labels, annotations, resource lists)."""
-    def check(value: object, where: str) -> str | None:
+    def check(value: object) -> Error | None:
         if value is None:
             return None
-        if not isinstance(value, Mapping):
-            return f"{where}: expected a mapping, got {_kind(value)}"
+        if type(value) is not dict and not isinstance(value, Mapping):
+            return "", f"expected a mapping, got {_kind(value)}"
         for key, entry in value.items():
             if not isinstance(key, str):
-                return f"{where}: key {key!r} is not a string"
-            found = values(entry, f"{where}[{key}]")
+                return "", f"key {key!r} is not a string"
+            found = values(entry)
             if found:
-                return found
+                return f"[{key}]{found[0]}", found[1]
         return None
     return check
 
@@ -132,7 +141,8 @@ def shape_error(pod: object) -> str | None:
     """The first field of the pod whose type is wrong, with what was expected; None when all are right."""
     if not isinstance(pod, Mapping):
         return f"the object is not a pod: expected a mapping, got {_kind(pod)}"
-    return _POD(pod, "")
+    found = _POD(pod)
+    return f"{found[0].lstrip('.')}: {found[1]}" if found else None
 
 
 __all__ = ["shape_error"]

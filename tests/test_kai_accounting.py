@@ -101,3 +101,16 @@ def test_kai_scheduler_without_limit_variables_falls_back_to_the_annotation() ->
                        parse_policy({"defaults": {"backend": "none"}}))
     use = pod_usage_of(running)
     assert use is not None and (use.count, use.memory_pct) == (1, 50)
+
+
+@pytest.mark.parametrize("scheduler", [{}, KAI])
+def test_the_watch_cache_still_counts_a_pod_stripped_of_every_annotation(scheduler: dict[str, str]) -> None:
+    from webhook.cluster.cache import ClusterCache
+
+    _, running = chain(pod(annotations={"gpu-fraction": "0.5"}, **scheduler))
+    running["metadata"]["annotations"] = {}  # the share and the decision record both removed
+    running["status"] = {"phase": "Running"}
+    cache = ClusterCache(clock=lambda: 0.0)
+    cache.replace("pods", [running])
+    usage = cache.snapshot().namespace_usage["team-a"]
+    assert (usage.gpus, usage.memory_mib) == (1, HALF)

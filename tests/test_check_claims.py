@@ -90,8 +90,11 @@ def test_a_countable_claim_is_admitted_and_an_unmanaged_one_passes(tmp_path: Pat
 
 def test_text_output_names_the_denied_template(tmp_path: Path, capsys) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "t.yaml").write_text(claim("ResourceClaimTemplate", "every-gpu", ALL))
+    (tmp_path / "t.yaml").write_text(claim("ResourceClaimTemplate", "every-gpu", ALL) + "---\n"
+                                     + claim("ResourceClaimTemplate", "one", ONE))
     code = main(["check", "--cluster", str(tmp_path / "cluster.yaml"), str(tmp_path / "t.yaml")])
-    out = capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert any(line.startswith("DENY") and "ResourceClaimTemplate ml/every-gpu" in line for line in out.splitlines())
+    assert lines[0].startswith("DENY   ResourceClaimTemplate ml/every-gpu: 403 dra-all-devices: ")
+    source = f"[{tmp_path}/t.yaml:1]"
+    assert lines[1] == f"ALLOW  ResourceClaimTemplate ml/one: 1 GPU(s), counted when a pod uses it  {source}"

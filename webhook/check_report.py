@@ -61,6 +61,8 @@ def render_text(results: Sequence[Result], verbose: bool) -> str:
             verdict, detail = "ALLOW", f"namespace {r.namespace} is not managed: unchanged"
         elif r.reason == "not-gpu-pod":
             verdict, detail = "ALLOW", "asks for no GPU: unchanged"
+        elif r.allowed and r.group == "resource.k8s.io":  # a claim: its GPUs count when a pod uses it
+            verdict, detail = "ALLOW", r.message or "asks for no GPU"
         elif r.allowed:
             alloc = r.allocation or {}
             where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"

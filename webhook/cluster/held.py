@@ -5,7 +5,9 @@ cpu and memory only), while any annotation can. So the slice of each GPU is read
 variables the mutation wrote into the env, which are also what the limit layer enforces: HAMi-core's
 `CUDA_DEVICE_MEMORY_LIMIT[_<i>]` and `CUDA_DEVICE_SM_LIMIT`, the MPS client's
 `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`. A GPU container with no
-such limit can use whole cards and is counted so. The decision annotation is never read for amounts.
+such limit can use whole cards and is counted so. The decision annotation is never read for amounts, nor
+are KAI's share annotations: a kai-scheduler pod, which gets no device count, counts the devices its
+per-device limit variables cover.
 """
 
 from __future__ import annotations

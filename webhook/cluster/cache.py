@@ -16,9 +16,9 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card
-from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.inventory import toolkit_from_json
 from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.resources import is_gpu_pod
 from webhook.core.vendor_quota import usage_of
 from webhook.core.vendors import ALLOCATION

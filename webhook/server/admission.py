@@ -215,7 +215,7 @@ class AdmissionHandler:
         if not isinstance(pod, dict):
             raise rv.ReviewError(400, "missing request.object: a pod CREATE must carry the pod")
         metadata = _mapping(pod.get("metadata"))
-        namespace = _text(request.get("namespace")) or _text(metadata.get("namespace"))
+        namespace = _namespace_of(request, metadata)
         if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
         # Only the kubelet of the pod's own node passes with a mirror pod; anyone else is decided by the
@@ -237,7 +237,6 @@ class AdmissionHandler:
         decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
         return _from_decision(uid, decision, with_patch=False)
 
-
     def _claim(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """A DRA claim or claim template written in a namespace: refused when its GPUs could never be
         counted (core/dra_objects.py). Only the validating webhook decides; nothing is reserved."""
@@ -254,7 +253,6 @@ class AdmissionHandler:
         decision = self.core.check_claim(request, self.source.snapshot(), self.policy.get())
         return _from_decision(uid, decision, with_patch=False)
 
-
     def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """`kubectl debug` adds ephemeral containers by an UPDATE of pods/ephemeralcontainers whose object
         is the whole pod: the added containers are held to the isolation rules (core/isolation.py)."""
@@ -264,14 +262,18 @@ class AdmissionHandler:
             return _fast(uid, "not-create")
         if not isinstance(pod, dict):
             raise rv.ReviewError(400, "missing request.object: an ephemeralcontainers UPDATE must carry the pod")
-        metadata = _mapping(pod.get("metadata"))
-        namespace = _text(request.get("namespace")) or _text(metadata.get("namespace"))
+        namespace = _namespace_of(request, _mapping(pod.get("metadata")))
         if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
         old = request.get("oldObject")
         decision = self.core.ephemeral(pod, old if isinstance(old, dict) else None, self.source.snapshot(),
                                        self.policy.get(), namespace=namespace or None, mutating=endpoint == "mutate")
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
+
+
+def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:
+    """The request's namespace, else the object's own (a request may leave it out)."""
+    return _text(request.get("namespace")) or _text(metadata.get("namespace"))
 
 
 def _is_ephemeral(request: Mapping[str, Any]) -> bool:

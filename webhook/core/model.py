@@ -192,6 +192,8 @@ class Snapshot:
     # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
     # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
     config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
+    groups: Mapping[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,6 +365,12 @@ class Allocation:
     # container's differs from the pod's (memory_mib, cores); empty when all have it (the usual pod).
     containers: tuple[tuple[str, bool, int, int, int], ...] = ()
     mig: str = ""  # MIG profile: `gpu_count` MIG devices of it, each `memory_mib`; no whole GPU is charged
+    # Host resources the pod requests (CPU millicores, memory MiB), counted on its node like its GPUs.
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    # The pod's group (core/groups.py, "namespace/name") and the domain it was placed in ("label=value").
+    group: str = ""
+    domain: str = ""
 
     def slice_of(self, container: str) -> tuple[int, int]:
         """(memory MiB, cores %) per GPU of one container."""

@@ -10,9 +10,25 @@ Interface shared by the core (admission), the cluster layer (ledger, snapshot) a
 - `group_of(pod)` reads a pod's group from its labels and annotations;
 - `Snapshot.groups` holds the records known when the snapshot was taken, by `GroupRecord.key`;
 - a decision's `Allocation.group` / `Allocation.domain` name the group and the domain chosen;
-- `commit(records, allocation, member)` is what the ledger (and `check`, between replicas) runs to
-  record a member: it returns the updated record, or a refusal when the domain is no longer the group's
-  to take (another group won it meanwhile).
+- `commit(records, ref, level, domain, gpus_per_pod, member, free=...)` is what the ledger (and
+  `check`, between replicas) runs to record a member: it returns the updated record, or a refusal
+  when the domain is no longer the group's to take (another group won it meanwhile). `free` (keyword,
+  optional, added to the first interface) is the domain's GPUs free as the caller's reservations
+  stand, before this member's own: with it, a new group is refused when the domain cannot hold it
+  besides what other groups' records still promise there;
+- `without_member(record, member)` is the record once a member is gone (None when none is left);
+- `record_to_json` / `record_from_json`: the record's JSON form (ValueError names the field).
+
+Which labels name a group, and what size they state (checked against each controller's source):
+`gpu-admission.io/group` (annotation, the pod author's word, wins over any controller's labels);
+LeaderWorkerSet `leaderworkerset.sigs.k8s.io/name` + `group-index`, size from the pod annotation
+`leaderworkerset.sigs.k8s.io/size`; JobSet `jobset.sigs.k8s.io/jobset-name` + `replicatedjob-name`
+(open-ended: pods carry `replicatedjob-replicas`, the Job count, but not each Job's parallelism, so that
+count is only the minimum); Kubeflow training operator `training.kubeflow.org/job-name` (one group per
+job across replica types, named by `operator-name`'s kind); KubeRay `ray.io/cluster` + `ray.io/group`;
+Volcano `volcano.sh/job-name`; scheduler-plugins `scheduling.x-k8s.io/pod-group` and the legacy
+`pod-group.scheduling.sigs.k8s.io[/name]` (with `.../min-available` as the minimum).
+`gpu-admission.io/group-size: N` states the size for any of them.
 """
 
 from __future__ import annotations
@@ -20,6 +36,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from . import workload
+from .vendors import mapping_of
 
 GROUP_ANNOTATION = "gpu-admission.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-admission.io/group-size"
@@ -34,6 +53,9 @@ class GroupRef:
     name: str  # stable within the namespace, e.g. "pytorchjob/train" or "jobset/js/workers"
     size: int | None  # pods in the group; None when open-ended
     source: str  # what named it: the label or annotation key
+    # Pods known to come when the size is not stated: JobSet's Job count (each Job has at least one
+    # pod), a legacy PodGroup's min-available. An open-ended group needs a domain with room for these.
+    minimum: int = 1
 
     @property
     def key(self) -> str:
@@ -64,22 +86,164 @@ class GroupRecord:
         return max(self.size - len(self.members), 0) * self.gpus_per_pod
 
 
+# LeaderWorkerSet states the group's size on every pod; JobSet states how many Jobs the replicated job
+# has (each Job's parallelism is not on the pod, so that count is a floor, not the size).
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling (PodGroup CRD)
+LEGACY_PODGROUP_LABELS = ("pod-group.scheduling.sigs.k8s.io", "pod-group.scheduling.sigs.k8s.io/name")
+LEGACY_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
+
+
+def _text(source: Mapping[str, Any], key: str) -> str:
+    value = source.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _count(text: str) -> int | None:
+    """A controller's count ("4"), or None when absent or not a positive integer (then the group is
+    open-ended rather than refused: the pod's author did not write it)."""
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+def _controller_group(labels: Mapping[str, Any],
+                      annotations: Mapping[str, Any]) -> tuple[str, int | None, int, str] | None:
+    """(name, size, minimum, source) of the group a controller's labels put the pod in."""
+    def get(key: str) -> str:
+        return _text(labels, key) or _text(annotations, key)
+
+    if name := get(workload.LWS_NAME):
+        # One leader-worker group per group-index: a model replica's pods (tensor/pipeline parallel)
+        size = _count(get(LWS_SIZE))
+        return f"lws/{name}/{get(workload.LWS_GROUP) or '0'}", size, size or 1, workload.LWS_NAME
+    if name := get(workload.JOBSET_NAME):
+        jobs = _count(get(JOBSET_REPLICAS)) or 1
+        return f"jobset/{name}/{get(workload.JOBSET_JOB)}", None, jobs, workload.JOBSET_NAME
+    if name := get(workload.TRAINING_JOB):
+        # Master and workers of one job share its collective rings, so the group is the job, every
+        # replica type in it (the kind comes from the operator's name: a PyTorchJob and a TFJob may
+        # share a name in one namespace).
+        operator = get(workload.TRAINING_OPERATOR).removesuffix("-controller") or "trainingjob"
+        return f"{operator}/{name}", None, 1, workload.TRAINING_JOB
+    if name := get(workload.RAY_CLUSTER):
+        return f"raycluster/{name}/{get(workload.RAY_GROUP)}", None, 1, workload.RAY_CLUSTER
+    if name := get(workload.VOLCANO_JOB):
+        return f"vcjob/{name}", None, 1, workload.VOLCANO_JOB
+    if name := _text(labels, PODGROUP_LABEL):
+        return f"podgroup/{name}", None, 1, PODGROUP_LABEL
+    for key in LEGACY_PODGROUP_LABELS:
+        if name := _text(labels, key):
+            return f"podgroup/{name}", None, _count(_text(labels, LEGACY_MIN_AVAILABLE)) or 1, key
+    return None
+
+
 def group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
-    """The pod's group, or None when it belongs to none."""
-    raise NotImplementedError
+    """The pod's group, or None when it belongs to none. Raises ValueError naming the annotation when
+    `gpu-admission.io/group` or `gpu-admission.io/group-size` is malformed (the pod author's to fix)."""
+    metadata = mapping_of(pod.get("metadata"))
+    labels = mapping_of(metadata.get("labels"))
+    annotations = mapping_of(metadata.get("annotations"))
+    size = _stated_size(annotations)
+    explicit = annotations.get(GROUP_ANNOTATION)
+    if explicit is not None:
+        if not isinstance(explicit, str) or not explicit.strip() or len(explicit) > 253:
+            raise ValueError(f"metadata.annotations[{GROUP_ANNOTATION}]: expected a group name, got {explicit!r}")
+        return GroupRef(namespace, explicit.strip(), size, GROUP_ANNOTATION, size or 1)
+    found = _controller_group(labels, annotations)
+    if found is None:
+        return None
+    name, stated, minimum, source = found
+    size = size or stated
+    return GroupRef(namespace, name, size, source, size or minimum)
+
+
+def _stated_size(annotations: Mapping[str, Any]) -> int | None:
+    raw = annotations.get(GROUP_SIZE_ANNOTATION)
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or _count(raw.strip()) is None or len(raw) > 9:
+        raise ValueError(f"metadata.annotations[{GROUP_SIZE_ANNOTATION}]: expected a positive integer, got {raw!r}")
+    return int(raw.strip())
 
 
 def record_to_json(record: GroupRecord) -> dict[str, Any]:
-    raise NotImplementedError
+    return {
+        "namespace": record.namespace,
+        "name": record.name,
+        "level": record.level,
+        "domain": record.domain,
+        "size": record.size,
+        "gpusPerPod": record.gpus_per_pod,
+        "members": list(record.members),
+    }
+
+
+def _field(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key}: expected a non-empty string, got {value!r}")
+    return value
 
 
 def record_from_json(data: Any) -> GroupRecord:
     """Raises ValueError naming the field when `data` is not a record."""
-    raise NotImplementedError
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    size = data.get("size")
+    if size is not None and (type(size) is not int or size < 1):  # type(): not bool
+        raise ValueError(f"size: expected a positive integer or null, got {size!r}")
+    gpus = data.get("gpusPerPod")
+    if type(gpus) is not int or gpus < 0:
+        raise ValueError(f"gpusPerPod: expected an integer >= 0, got {gpus!r}")
+    members = data.get("members", [])
+    if not isinstance(members, list) or any(type(m) is not str or not m for m in members):
+        raise ValueError(f"members: expected a list of non-empty strings, got {members!r}")
+    return GroupRecord(_field(data, "namespace"), _field(data, "name"), _field(data, "level"),
+                       _field(data, "domain"), size, gpus, tuple(sorted(set(members))))
+
+
+def promised_in(records: Mapping[str, GroupRecord], level: str, domain: str, besides: str = "") -> int:
+    """GPUs the records of groups other than `besides` (a key) still expect to take in the domain."""
+    return sum(r.promised_gpus for r in records.values()
+               if r.domain == domain and r.level == level and r.key != besides)
 
 
 def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain: str, gpus_per_pod: int,
-           member: str) -> GroupRecord | str:
+           member: str, *, free: int | None = None) -> GroupRecord | str:
     """The group's record with `member` added (created when the group has none), or a refusal message
-    when the domain cannot be the group's: another group's record already promises what it needs."""
-    raise NotImplementedError
+    when the domain cannot be the group's: another group's record already promises what it needs.
+
+    `free`: the domain's GPUs free now, counting every reservation made so far but not this member's.
+    The new member's GPUs, and what the rest of its group will take, must fit in what is free less
+    what other groups still expect there; without `free` only the group's own record is checked. Two
+    groups racing for the last domain: the second to commit sees the first's promise and is refused,
+    so one waits and neither is half in."""
+    record = records.get(ref.key)
+    if record is not None:
+        if (record.level, record.domain) != (level, domain):
+            return (f"group {ref.key} lives in {record.level}={record.domain}; "
+                    f"this pod was placed in {level}={domain}")
+        if member in record.members:
+            return record
+        beyond_promise = record.size is not None and len(record.members) >= record.size
+        needs = gpus_per_pod if beyond_promise else 0  # within its size, the group's own promise covers it
+    else:
+        size = ref.size
+        needs = (size if size is not None else ref.minimum) * gpus_per_pod
+        record = GroupRecord(ref.namespace, ref.name, level, domain, size, gpus_per_pod)
+    if free is not None and needs:
+        others = promised_in(records, level, domain, besides=ref.key)
+        if needs > free - others:
+            return (f"group {ref.key} needs {needs} GPUs in {level}={domain}: {free} are free and "
+                    f"other groups' pods still to come hold {others} of them")
+    return GroupRecord(record.namespace, record.name, level, domain, record.size, record.gpus_per_pod,
+                       tuple(sorted((*record.members, member))))
+
+
+def without_member(record: GroupRecord, member: str) -> GroupRecord | None:
+    """The record once `member` is gone, or None when no member is left (the domain is free again)."""
+    members = tuple(m for m in record.members if m != member)
+    if not members:
+        return None
+    return GroupRecord(record.namespace, record.name, record.level, record.domain, record.size,
+                       record.gpus_per_pod, members)

@@ -203,7 +203,8 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
         model = node.gpu_model if node is not None else ""
         uuids = tuple([node.gpus[i].uuid for i in option.gpus if 0 <= i < len(node.gpus)]) if node is not None else ()
         return Allocation(option.node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
-                          model, option.topology, option.loss, name, uuids)
+                          model, option.topology, option.loss, name, uuids,
+                          cpu_milli=request.cpu_milli, host_memory_mib=request.memory_mib_host)
     card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
     memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
     topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
@@ -211,7 +212,8 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
     if request.cores is None and request.memory_mib is not None and card > 0:  # proportional, on this card
         cores = min(100, max(1, -(-request.memory_mib * 100 // card)))
     return Allocation(None, (), request.gpus, memory, cores, request.vendor,
-                      fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name)
+                      fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name,
+                      cpu_milli=request.cpu_milli, host_memory_mib=request.memory_mib_host)
 
 
 # ------------------------------------------------------------------------------------------ shared core

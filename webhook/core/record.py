@@ -43,6 +43,11 @@ def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
     }
     if allocation.mig:  # MIG devices of one profile; absent for cards, so the usual record is unchanged
         record["mig"] = allocation.mig
+    # Host CPU and memory the pod requests, counted on its node by the ledger: only when requested.
+    if allocation.cpu_milli:
+        record["cpuMilli"] = allocation.cpu_milli
+    if allocation.host_memory_mib:
+        record["hostMemoryMiB"] = allocation.host_memory_mib
     if allocation.containers:  # only when the containers' slices differ: the usual record is unchanged
         record["containers"] = [{"name": n, "init": i, "gpus": g, "memoryMiB": m, "cores": c}
                                 for n, i, g, m, c in allocation.containers]
@@ -124,6 +129,8 @@ def allocation_from_json(data: Any) -> Allocation:
         version=version,
         containers=_containers(data) if "containers" in data else (),
         mig=_str(data, "mig"),
+        cpu_milli=_int(data, "cpuMilli", 0) if "cpuMilli" in data else 0,
+        host_memory_mib=_int(data, "hostMemoryMiB", 0) if "hostMemoryMiB" in data else 0,
     )
 
 

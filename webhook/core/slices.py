@@ -8,6 +8,8 @@ pod's largest slice on each of its GPUs; the limits and the quota follow each co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .model import Allocation, PodRequest
 from .policy import Policy
 
@@ -78,6 +80,4 @@ def per_container(request: PodRequest, allocation: Allocation, card: int, policy
         own.append((c.name, c.init, g.count, memory, cores))
     if not differ:
         return allocation
-    return Allocation(allocation.node, allocation.gpus, allocation.gpu_count, allocation.memory_mib,
-                      allocation.cores, allocation.vendor, allocation.model, allocation.topology, allocation.loss,
-                      allocation.policy, allocation.uuids, allocation.version, tuple(own))
+    return replace(allocation, containers=tuple(own))  # host resources, group and domain kept

@@ -9,9 +9,11 @@ from .nodeindex import taken
 
 
 def add_to_node(node: Node, usage: NodeUsage, allocation: Allocation) -> NodeUsage:
-    """`usage` with the allocation's GPUs taken (indices the node does not have are ignored)."""
+    """`usage` with the allocation's GPUs and host CPU and memory taken (indices the node does not have
+    are ignored): a node whose CPU earlier admissions took is not offered again for what it cannot host."""
     gpus = tuple(i for i in allocation.gpus if 0 <= i < len(node.gpus))
-    return taken(node, usage, gpus, allocation.memory_mib, allocation.cores, False, 0, 0)
+    return taken(node, usage, gpus, allocation.memory_mib, allocation.cores, False, allocation.cpu_milli,
+                 allocation.host_memory_mib)
 
 
 def with_allocation(snapshot: Snapshot, namespace: str, allocation: Allocation) -> Snapshot:

@@ -23,6 +23,11 @@ MANAGED_MODES = ("labelled", "all")
 DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")  # NVIDIA's DRA driver for GPUs
 GPU_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")  # the GPU operator's RuntimeClasses
 ISOLATION_ACTIONS = ("neutralise", "deny")
+# Multi-pod groups (core/group_place.py): node labels naming topology domains, innermost first, and
+# whether a group must stay in one domain. "preferred" by default: a cluster whose groups run across
+# domains today keeps admitting them (split, with a warning) instead of refusing them on upgrade.
+GROUP_LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
+GROUP_MODES = ("required", "preferred", "none")
 
 DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
     TopologyClass.SINGLE: 0.0,
@@ -51,6 +56,7 @@ class NamespaceRule:
     allow_sharing: bool = True
     placement: PlacementSpec | None = None
     backend: str | None = None
+    group_topology: str | None = None  # required | preferred | none for the namespace's groups
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class Policy:
     unresolved_env_from: str = "neutralise"
     non_gpu_access: str = "neutralise"
     namespaces: Mapping[str, NamespaceRule] = field(default_factory=dict)
+    group_levels: tuple[str, ...] = GROUP_LEVELS
+    group_topology: str = "preferred"
     # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
 
@@ -112,6 +120,9 @@ class Policy:
 
     def backend_for(self, namespace: str) -> str:
         return self.rule(namespace).backend or self.backend
+
+    def group_topology_for(self, namespace: str) -> str:
+        return self.rule(namespace).group_topology or self.group_topology
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -190,7 +201,7 @@ def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
 
 
 def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) -> NamespaceRule:
-    _known(data, path, ("maxGpusPerPod", "allowedModels", "allowSharing", "placement", "backend"))
+    _known(data, path, ("maxGpusPerPod", "allowedModels", "allowSharing", "placement", "backend", "groupTopology"))
     max_gpus = data.get("maxGpusPerPod")
     allow = data.get("allowSharing", True)
     if not isinstance(allow, bool):
@@ -201,7 +212,22 @@ def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) 
         allow_sharing=allow,
         placement=_placement(data["placement"], f"{path}.placement", names) if "placement" in data else None,
         backend=_choice(data["backend"], f"{path}.backend", BACKENDS) if "backend" in data else None,
+        group_topology=(_choice(data["groupTopology"], f"{path}.groupTopology", GROUP_MODES)
+                        if "groupTopology" in data else None),
     )
+
+
+def _group_topology(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "groupTopology", ("levels", "mode"))
+    out: dict[str, Any] = {}
+    if "levels" in data:
+        levels = _strings(data["levels"], "groupTopology.levels")
+        if not levels or len(set(levels)) != len(levels):
+            raise PolicyError("groupTopology.levels", "expected node label keys, innermost first, each once")
+        out["group_levels"] = levels
+    if "mode" in data:
+        out["group_topology"] = _choice(data["mode"], "groupTopology.mode", GROUP_MODES)
+    return out
 
 
 def _dra(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,7 +257,7 @@ def parse_policy(
         root,
         "",
         ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
-         "namespaces", "dra", "isolation"),
+         "namespaces", "dra", "isolation", "groupTopology"),
     )
     defaults = _mapping(root.get("defaults"), "defaults")
     _known(
@@ -315,6 +341,8 @@ def parse_policy(
                 kwargs[attr] = _choice(iso[key], f"isolation.{key}", ISOLATION_ACTIONS)
     if "dra" in root:
         kwargs.update(_dra(_mapping(root["dra"], "dra")))
+    if "groupTopology" in root:
+        kwargs.update(_group_topology(_mapping(root["groupTopology"], "groupTopology")))
     if "namespaces" in root:
         spaces = _mapping(root["namespaces"], "namespaces")
         kwargs["namespaces"] = {

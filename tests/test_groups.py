@@ -215,21 +215,34 @@ def test_two_groups_racing_for_the_last_domain_one_waits() -> None:
     assert isinstance(commit(records, REF_B, CLIQUE, "c2", 8, "b-0", free=16), GroupRecord)
 
 
-def test_commit_of_an_open_ended_group_needs_room_for_its_minimum() -> None:
+OTHER = GroupRecord("ml", "other", CLIQUE, "c1", 2, 4, ("o-0",))  # expects 4 more GPUs in c1
+
+
+def test_commit_of_an_open_ended_group_needs_room_for_its_minimum_beside_other_promises() -> None:
     jobset = GroupRef("ml", "jobset/js/w", None, "jobset.sigs.k8s.io/jobset-name", 3)
-    assert isinstance(commit({}, jobset, CLIQUE, "c1", 4, "p0", free=12), GroupRecord)
-    assert commit({}, jobset, CLIQUE, "c1", 4, "p0", free=11) == (
-        "group ml/jobset/js/w needs 12 GPUs in nvidia.com/gpu.clique=c1: 11 are free and other groups' pods "
-        "still to come hold 0 of them")
+    records = {OTHER.key: OTHER}
+    assert isinstance(commit(records, jobset, CLIQUE, "c1", 4, "p0", free=16), GroupRecord)
+    assert commit(records, jobset, CLIQUE, "c1", 4, "p0", free=15) == (
+        "group ml/jobset/js/w needs 12 GPUs in nvidia.com/gpu.clique=c1: 15 are free and other groups' pods "
+        "still to come hold 4 of them")
+
+
+def test_a_group_may_wait_for_a_busy_domain_nobody_else_was_promised() -> None:
+    created = commit({}, REF_A, CLIQUE, "c1", 8, "a-0", free=0)
+    assert isinstance(created, GroupRecord) and created.members == ("a-0",)
 
 
 def test_members_beyond_the_stated_size_need_free_gpus_of_their_own() -> None:
     full = GroupRecord("ml", "a", CLIQUE, "c1", 2, 8, ("a-0", "a-1"))
-    assert commit({full.key: full}, REF_A, CLIQUE, "c1", 8, "a-2", free=4) == (
-        "group ml/a needs 8 GPUs in nvidia.com/gpu.clique=c1: 4 are free and other groups' pods still to "
-        "come hold 0 of them")
-    grown = commit({full.key: full}, REF_A, CLIQUE, "c1", 8, "a-2", free=8)
+    records = {full.key: full, OTHER.key: OTHER}
+    assert commit(records, REF_A, CLIQUE, "c1", 8, "a-2", free=8) == (
+        "group ml/a needs 8 GPUs in nvidia.com/gpu.clique=c1: 8 are free and other groups' pods still to "
+        "come hold 4 of them")
+    grown = commit(records, REF_A, CLIQUE, "c1", 8, "a-2", free=12)
     assert isinstance(grown, GroupRecord) and grown.members == ("a-0", "a-1", "a-2")
+    within = commit({OTHER.key: OTHER, REF_A.key: GroupRecord("ml", "a", CLIQUE, "c1", 2, 8, ("a-0",))},
+                    REF_A, CLIQUE, "c1", 8, "a-1", free=4)  # its own promise covers it
+    assert isinstance(within, GroupRecord) and within.members == ("a-0", "a-1")
 
 
 def test_without_member_releases_the_domain_when_the_last_member_goes() -> None:

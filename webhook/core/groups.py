@@ -214,10 +214,12 @@ def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain
     when the domain cannot be the group's: another group's record already promises what it needs.
 
     `free`: the domain's GPUs free now, counting every reservation made so far but not this member's.
-    The new member's GPUs, and what the rest of its group will take, must fit in what is free less
-    what other groups still expect there; without `free` only the group's own record is checked. Two
-    groups racing for the last domain: the second to commit sees the first's promise and is refused,
-    so one waits and neither is half in."""
+    When other groups' records still expect GPUs in the domain, what this member and the rest of its
+    group will take (its own promise covers members within its size) must fit in what is free less those
+    promises. Two groups racing for the last domain: the second to commit sees the first's promise and
+    is refused, so one waits and neither is half in. With no other group's promise there, a group may
+    take a domain that is busy now (it waits for room, as admission warned). Without `free`, only the
+    group's own record is checked."""
     record = records.get(ref.key)
     if record is not None:
         if (record.level, record.domain) != (level, domain):
@@ -226,14 +228,14 @@ def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain
         if member in record.members:
             return record
         beyond_promise = record.size is not None and len(record.members) >= record.size
-        needs = gpus_per_pod if beyond_promise else 0  # within its size, the group's own promise covers it
+        needs = gpus_per_pod if beyond_promise else 0
     else:
         size = ref.size
         needs = (size if size is not None else ref.minimum) * gpus_per_pod
         record = GroupRecord(ref.namespace, ref.name, level, domain, size, gpus_per_pod)
     if free is not None and needs:
         others = promised_in(records, level, domain, besides=ref.key)
-        if needs > free - others:
+        if others and needs > free - others:
             return (f"group {ref.key} needs {needs} GPUs in {level}={domain}: {free} are free and "
                     f"other groups' pods still to come hold {others} of them")
     return GroupRecord(record.namespace, record.name, level, domain, record.size, record.gpus_per_pod,

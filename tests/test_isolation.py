@@ -79,9 +79,10 @@ SWITCHES = [
 
 @pytest.mark.parametrize("name", SWITCHES)
 def test_every_switch_of_the_limit_layer_is_refused_in_any_pod(name: str) -> None:
-    container = {"name": "app", "image": "img", "env": [{"name": name, "value": "1"}]}
+    value = "0" if name == "CUDA_TASK_PRIORITY" else "1"  # 1 is HAMi-core's default priority: a pin's value
+    container = {"name": "app", "image": "img", "env": [{"name": name, "value": value}]}
     assert is_gpu_pod(cpu_pod(container))
-    for p in (cpu_pod(container), gpu_pod(env=[{"name": name, "value": "1"}])):
+    for p in (cpu_pod(container), gpu_pod(env=[{"name": name, "value": value}])):
         decision = admit.mutate(p, SNAP, Policy())
         assert (decision.allowed, decision.reason) == (False, "isolation-env")
         assert name in decision.message
@@ -177,15 +178,21 @@ def test_gpu_pod_with_ordinary_settings_in_env_from_is_admitted_unchanged_but_fo
 def test_unread_secret_is_neutralised_by_default_and_refused_when_the_policy_says_so() -> None:
     p = gpu_pod(envFrom=[{"secretRef": {"name": "hf-token"}}])
     p["spec"]["containers"].append({"name": "proxy", "image": "envoy", "envFrom": [{"secretRef": {"name": "t"}}]})
-    decision, final, validated = chain(p)
+    # Nodes whose toolkit honours the variable: the Secret could replace the GPU container's device list.
+    refused = admit.mutate(p, SNAP, Policy())
+    assert (refused.allowed, refused.reason) == (False, "isolation-env-from") and "Secret 'hf-token'" in refused.message
+    closed = dataclasses.replace(SNAP, nodes={"h1": dataclasses.replace(SNAP.nodes["h1"], toolkit_envvar=False),
+                                              "cpu-1": SNAP.nodes["cpu-1"]})
+    decision, final, validated = chain(p, closed)
     assert decision.allowed and validated.allowed
     assert any("Secret 'hf-token'" in w for w in decision.warnings)
-    # The GPU container's own limits are explicit env entries (they win over envFrom); the container
-    # without a GPU gets NVIDIA_VISIBLE_DEVICES=void, which wins over the Secret and the image.
+    # The GPU container's own limits are explicit env entries (they win over envFrom), and so are the pins
+    # of the limit layer's switches; the container without a GPU gets NVIDIA_VISIBLE_DEVICES=void.
     assert {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "81559m"} in final["spec"]["containers"][0]["env"]
+    assert {"name": "ACTIVE_OOM_KILLER", "value": "true"} in final["spec"]["containers"][0]["env"]
     assert final["spec"]["containers"][1]["env"] == [VOID]
     strict = parse_policy({"isolation": {"unresolvedEnvFrom": "deny"}})
-    refused = admit.mutate(p, SNAP, strict)
+    refused = admit.mutate(p, closed, strict)
     assert (refused.allowed, refused.reason) == (False, "isolation-env-from")
     assert "Secret 'hf-token'" in refused.message
     missing = admit.mutate(gpu_pod(envFrom=[{"configMapRef": {"name": "not-seen"}}]), SNAP, strict)

@@ -15,7 +15,7 @@ from . import dra, isolation, mig, node_routes, slices, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
-from .limits import is_limit_env, limit_env
+from .limits import is_limit_env, is_sm_device_env, limit_env
 from .model import (
     Allocation,
     Decision,
@@ -94,7 +94,9 @@ def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> 
             if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
                 continue
             name = str(env.get("name"))
-            if wanted.get(name) != env.get("value") or "valueFrom" in env:
+            # A per-device compute limit is a pin of the container's own cap (isolation.pin_ops).
+            expected = wanted.get(name, wanted.get("CUDA_DEVICE_SM_LIMIT") if is_sm_device_env(name) else None)
+            if expected != env.get("value") or "valueFrom" in env:
                 return (f"container {c.name} sets {name}={env.get('value')!r}, which this product manages "
                         f"(allocation: {allocation.memory_mib} MiB, {allocation.cores}% per GPU): remove it")
     return None
@@ -383,7 +385,8 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     backend = _backend(request, policy)
-    missing = _missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
+    missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
+               or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
         return _deny(403, "limits-missing", missing)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
@@ -420,6 +423,7 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
     ops += patches.env_ops(pod, request, allocation, _backend(request, policy))
     ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
+    ops = isolation.pin_ops(pod, request, allocation, _backend(request, policy), snapshot, policy, ops)  # Secrets
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)

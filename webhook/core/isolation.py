@@ -10,7 +10,9 @@ Two facts of the kubelet and the NVIDIA container toolkit decide what works here
 So a container that must see no GPU is *neutralised* by an explicit `NVIDIA_VISIBLE_DEVICES=void`.
 A container that has GPUs cannot be neutralised that way (its device list comes from the device
 plugin, and a pod's own variable would override it): what it takes from envFrom is checked where
-the webhook can read it (ConfigMaps, from the snapshot) and left to the policy where it cannot.
+the webhook can read it (ConfigMaps, from the snapshot); where it cannot (Secrets), the policy decides:
+`neutralise` pins the limit layer's switches and admits only where the nodes ignore the device
+variable (env_pins.py), `deny` refuses, `warn` admits with a warning.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from . import env_pins
+from .env_pins import Unresolved
 from .limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, NO_DEVICES, is_isolation_env
-from .model import Decision, PodRequest, Snapshot, Violation
+from .model import Allocation, Decision, PodRequest, Snapshot, Violation
 from .patch import pointer
 from .podshape import shape_error
 from .policy import Policy
@@ -67,13 +71,13 @@ def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "
 
 def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
              kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
-             ) -> tuple[list[Violation], list[str]]:
+             ) -> tuple[list[Violation], list[Unresolved]]:
     """What the pod's envFrom sets that it must not (violations), and the sources the webhook cannot read
-    (Secrets, ConfigMaps the snapshot does not hold)."""
+    (Secrets, ConfigMaps the snapshot does not hold) whose prefix could form an isolation variable."""
     violations: list[Violation] = []
-    unresolved: list[str] = []
+    unresolved: list[Unresolved] = []
     known = snapshot.config_maps.get(namespace, {})
-    for _, _, where, container in _containers(spec, kinds):
+    for key, index, where, container in _containers(spec, kinds):
         for entry in list_of(container.get("envFrom")):
             source = mapping_of(entry)
             given = source.get("prefix")
@@ -88,7 +92,9 @@ def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_po
             if not isinstance(name, str):
                 continue
             if not config or name not in known:
-                unresolved.append(f"{where} reads {'ConfigMap' if config else 'Secret'} {name!r}")
+                if not env_pins.harmless(prefix):
+                    what = f"{'ConfigMap' if config else 'Secret'} {name!r}"
+                    unresolved.append(Unresolved(key, index, where, what, prefix))
                 continue
             for variable in sorted(prefix + key for key in known[name]):
                 if is_isolation_env(variable) and (variable not in GPU_POD_ONLY_ENV or gpu_pod):
@@ -236,25 +242,72 @@ def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapsh
 
 def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
     """A GPU pod's envFrom: isolation variables from ConfigMaps become violations; a source the webhook
-    cannot read is refused or warned about, as the policy says (its GPU containers' own limit variables
-    are explicit entries, which win over envFrom either way)."""
+    cannot read is handled as the policy says: `deny` refuses it, `warn` admits it with a warning, and
+    `neutralise` refuses it in a GPU container that could take a device list from it on a node that
+    honours one (the switches it could set are pinned by the mutation: `pin_ops`)."""
     spec = mapping_of(pod.get("spec"))
     if not any(c.get("envFrom") for _, _, _, c in _containers(spec, ("containers", "initContainers",
                                                                     "ephemeralContainers"))):
         return request
     violations, unresolved = env_from(spec, request.namespace, snapshot, gpu_pod=True)
     warnings = list(request.warnings)
-    if unresolved and policy.unresolved_env_from == "deny":
+    mode = policy.unresolved_env_from
+    if unresolved and mode == "deny":
         violations.append(Violation(
             "isolation-env-from", 403,
-            f"{unresolved[0]} through envFrom, which the webhook cannot read (policy isolation.unresolvedEnvFrom: "
-            "deny): use a ConfigMap it can see, or env entries with valueFrom"))
+            f"{unresolved[0].describe()} through envFrom, which the webhook cannot read (policy "
+            "isolation.unresolvedEnvFrom: deny): use a ConfigMap it can see, a prefix no GPU variable starts "
+            "with (e.g. APP_), or env entries with valueFrom"))
+    elif unresolved and mode == "warn":
+        warnings.append(_warn(f"{unresolved[0].describe()} through envFrom, unchecked: explicit limits win over "
+                              "it, a GPU list would not"))
     elif unresolved:
-        warnings.append(_warn(f"{unresolved[0]} through envFrom, unchecked: explicit limits win over it, "
-                              "a GPU list would not"))
+        targets = env_pins.gpu_targets(request)
+        for u in unresolved:
+            variable = env_pins.device_variable(u.prefix)
+            if ((u.key, u.at) in targets and variable is not None
+                    and not env_pins.nodes_ignore_variable(request, snapshot)):
+                violations.append(Violation(
+                    "isolation-env-from", 403,
+                    f"{u.describe()} through envFrom, which the webhook cannot read, and it could set {variable}, "
+                    "which replaces the GPUs the device plugin gives that container: give the envFrom a prefix "
+                    "no GPU variable starts with (e.g. APP_), or read the keys with env[].valueFrom."
+                    "secretKeyRef, or set accept-nvidia-visible-devices-envvar-when-unprivileged = false on "
+                    "the GPU nodes"))
+                break
+        if not violations and any((u.key, u.at) in targets for u in unresolved):
+            first = next(u for u in unresolved if (u.key, u.at) in targets)
+            warnings.append(_warn(f"{first.describe()} through envFrom: GPU limit switches pinned to safe values"))
     if not violations and warnings == list(request.warnings):
         return request
     return request.evolve(violations=(*request.violations, *violations), warnings=tuple(warnings))
+
+
+def _pins_wanted(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation | None, backend: str,
+                 snapshot: Snapshot, policy: Policy) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    if policy.unresolved_env_from != "neutralise":
+        return {}
+    spec = mapping_of(pod.get("spec"))
+    if not any(c.get("envFrom") for _, _, _, c in _containers(spec)):
+        return {}
+    _, unresolved = env_from(spec, request.namespace, snapshot, True, ("containers", "initContainers"))
+    return env_pins.wanted_pins(request, unresolved, allocation, backend) if unresolved else {}
+
+
+def pin_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str, snapshot: Snapshot,
+            policy: Policy, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ops` with the pins of every GPU container that takes an unread envFrom source (env_pins.py)."""
+    wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
+    return env_pins.with_pins(pod, wanted, ops) if wanted else ops
+
+
+def missing_pins(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str,
+                 snapshot: Snapshot, policy: Policy) -> str | None:
+    wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
+    if not wanted:
+        return None
+    labels = {(key, index): where for key, index, where, _ in _containers(mapping_of(pod.get("spec")))}
+    return env_pins.missing(pod, wanted, labels)
 
 
 def sidecar_targets(request: PodRequest) -> list[tuple[str, int]]:
@@ -325,9 +378,11 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
     found, unresolved = env_from({"ephemeralContainers": [c for _, _, _, c in added]}, namespace, snapshot,
                                  gpu_pod, ("ephemeralContainers",))
     problems += found
+    # An ephemeral container never has a GPU: the NVIDIA_VISIBLE_DEVICES=void it gets is an explicit entry,
+    # which wins over the source, so `neutralise` and `warn` admit it; `deny` refuses.
     if unresolved and policy.unresolved_env_from == "deny":
         problems.append(Violation("isolation-env-from", 403,
-                                  f"{unresolved[0]} through envFrom, which the webhook cannot read "
+                                  f"{unresolved[0].describe()} through envFrom, which the webhook cannot read "
                                   "(policy isolation.unresolvedEnvFrom: deny)"))
     if problems:
         return _deny(problems[0].code, problems[0].rule, "; ".join(p.message for p in problems))

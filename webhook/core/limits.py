@@ -7,6 +7,7 @@ client reads CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LI
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 
 BACKEND_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -33,9 +34,18 @@ def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tup
     raise ValueError(f"unknown enforcement backend {backend!r}")
 
 
+_SM_DEVICE_VAR = re.compile(r"^CUDA_DEVICE_SM_LIMIT_\d+$")
+
+
 def is_limit_env(name: str) -> bool:
-    """True for the variables this product writes (a user must not set them)."""
-    return bool(_MEMORY_VAR.match(name)) or name in BACKEND_PREFIXES[1:]
+    """True for the variables this product writes (a user must not set them): the backends' limits,
+    and HAMi-core's per-device compute limits that pin a container with an unread envFrom source."""
+    return bool(_MEMORY_VAR.match(name)) or name in BACKEND_PREFIXES[1:] or is_sm_device_env(name)
+
+
+def is_sm_device_env(name: str) -> bool:
+    """HAMi-core's `CUDA_DEVICE_SM_LIMIT_<i>`: above 0 it overrides CUDA_DEVICE_SM_LIMIT for device i."""
+    return bool(_SM_DEVICE_VAR.match(name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,3 +99,58 @@ def is_isolation_env(name: str) -> bool:
     if name in ISOLATION_ENV:
         return True
     return name.startswith(ISOLATION_PREFIXES) and name not in BENIGN_ENV
+
+
+# ---------------------------------------------------------------------------------------------
+# Pins: what a GPU container gets as explicit `env` entries when it takes envFrom from a source the
+# webhook cannot read (a Secret). The kubelet applies envFrom first and env after, so each entry wins
+# over whatever the Secret says. Each value is the one the reader treats as "off" (or its default):
+# - GPU_CORE_UTILIZATION_POLICY: HAMi-core acts only on "force" and "disable"; anything else is its default.
+# - ACTIVE_OOM_KILLER: HAMi-core stops killing over the limit only for "false" or "0".
+# - CUDA_TASK_PRIORITY: HAMi-core's region priority is 1 unless set (0 takes precedence over others).
+# - CUDA_OVERSUBSCRIBE, CUDA_DISABLE_CONTROL: HAMi parses them as booleans; "false" is their default.
+# - CUDA_REDIRECT: HAMi-core dlopens it only when set and non-empty; empty is the same as unset.
+# - CUDA_DEVICE_MEMORY_SHARED_CACHE: HAMi-core's own default path when unset.
+# - LD_PRELOAD: the dynamic loader preloads nothing for an empty value (an image's own LD_PRELOAD, which
+#   env overrides too, is dropped in such a container).
+# - NVIDIA_GDS / _MOFED / _NVSWITCH / _GDRCOPY: the toolkit mounts those devices only for "enabled".
+# Not pinned, and why:
+# - NVIDIA_VISIBLE_DEVICES, NVIDIA_IMEX_CHANNELS: the device plugin writes the first into a GPU container,
+#   and a pod's entry would replace its device list; "void" is no answer for IMEX either. The toolkit
+#   reads both from an unprivileged container only with accept-nvidia-visible-devices-envvar-when-
+#   unprivileged (its default), so a container that may take them from a Secret is admitted only where
+#   every GPU node reports that setting off (DEVICE_SELECTING).
+# - NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES: the toolkit hook refuses to start an
+#   unprivileged container that sets them, and privileged GPU containers are refused already.
+# - CUDA_DEVICE_MEMORY_LIMIT[_<i>], CUDA_DEVICE_SM_LIMIT and the MPS pair: written by this product where
+#   they limit anything (explicit entries win); where absent, a Secret's value can only add a limit.
+#   HAMi-core's CUDA_DEVICE_SM_LIMIT_<i> overrides the shared compute limit, so a capped container gets it
+#   pinned per device to its own cap (see env_pins.py).
+# - CUDA_MPS_PIPE_DIRECTORY / _LOG_DIRECTORY / _CLIENT_PRIORITY: set by the MPS setup or lowering only.
+# ---------------------------------------------------------------------------------------------
+
+ENV_FROM_PINS: dict[str, str] = {
+    "GPU_CORE_UTILIZATION_POLICY": "default",
+    "ACTIVE_OOM_KILLER": "true",
+    "CUDA_TASK_PRIORITY": "1",
+    "CUDA_OVERSUBSCRIBE": "false",
+    "CUDA_DISABLE_CONTROL": "false",
+    "CUDA_REDIRECT": "",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/cudevshr.cache",
+    "LD_PRELOAD": "",
+    "NVIDIA_GDS": "disabled",
+    "NVIDIA_MOFED": "disabled",
+    "NVIDIA_NVSWITCH": "disabled",
+    "NVIDIA_GDRCOPY": "disabled",
+}
+# Variables that choose devices and that no env entry can pin in a GPU container (above).
+DEVICE_SELECTING: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_IMEX_CHANNELS")
+
+
+def is_pin(name: str, entry: Mapping[str, object]) -> bool:
+    """An env entry that sets a pinned variable to its safe value (the API server drops an empty
+    `value`, so a missing one reads as empty, as the kubelet sets it)."""
+    if name not in ENV_FROM_PINS or "valueFrom" in entry:
+        return False
+    value = entry.get("value", "")
+    return value == ENV_FROM_PINS[name]

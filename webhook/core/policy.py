@@ -23,6 +23,9 @@ MANAGED_MODES = ("labelled", "all")
 DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")  # NVIDIA's DRA driver for GPUs
 GPU_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")  # the GPU operator's RuntimeClasses
 ISOLATION_ACTIONS = ("neutralise", "deny")
+# Unread envFrom sources (Secrets): `warn` admits GPU containers with a warning only, for platforms that
+# control who writes Secrets (core/isolation.py).
+ENV_FROM_ACTIONS = ("neutralise", "deny", "warn")
 # Multi-pod groups (core/group_place.py): node labels naming topology domains, innermost first, and
 # whether a group must stay in one domain. "preferred" by default: a cluster whose groups run across
 # domains today keeps admitting them (split, with a warning) instead of refusing them on upgrade.
@@ -336,9 +339,10 @@ def parse_policy(
         _known(iso, "isolation", ("gpuRuntimeClasses", "unresolvedEnvFrom", "nonGpuAccess"))
         if "gpuRuntimeClasses" in iso:
             kwargs["gpu_runtime_classes"] = _strings(iso["gpuRuntimeClasses"], "isolation.gpuRuntimeClasses")
-        for key, attr in (("unresolvedEnvFrom", "unresolved_env_from"), ("nonGpuAccess", "non_gpu_access")):
+        for key, attr, choices in (("unresolvedEnvFrom", "unresolved_env_from", ENV_FROM_ACTIONS),
+                                   ("nonGpuAccess", "non_gpu_access", ISOLATION_ACTIONS)):
             if key in iso:
-                kwargs[attr] = _choice(iso[key], f"isolation.{key}", ISOLATION_ACTIONS)
+                kwargs[attr] = _choice(iso[key], f"isolation.{key}", choices)
     if "dra" in root:
         kwargs.update(_dra(_mapping(root["dra"], "dra")))
     if "groupTopology" in root:

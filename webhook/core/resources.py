@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .dialects import gpu_policy, numa_bind
+from .limits import is_pin
 from .model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference, Violation
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
@@ -252,7 +253,7 @@ def _parse_container(
                 f"{where} sets {env_name} itself, which bypasses GPU isolation; remove it "
                 "and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)",
             )
-        elif env_name == "LD_PRELOAD":
+        elif env_name == "LD_PRELOAD" and not is_pin(env_name, mapping_of(entry)):  # "" pins it off
             findings.append(
                 Violation(
                     "isolation-env",

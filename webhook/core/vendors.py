@@ -14,7 +14,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, TypeGuard
 
-from .limits import GPU_POD_ONLY_ENV, NO_DEVICES, is_isolation_env
+from .limits import GPU_POD_ONLY_ENV, NO_DEVICES, is_isolation_env, is_pin
 from .model import GpuRequest
 from .quantity import QuantityError, parse_quantity
 
@@ -135,7 +135,7 @@ MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
 
 # Variables the mutating webhook writes (hami-core and MPS backends).
 _LIMIT_ENV = re.compile(
-    r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT|"
+    r"CUDA_DEVICE_MEMORY_LIMIT_[0-9]+|CUDA_DEVICE_SM_LIMIT(_[0-9]+)?|"
     r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE|CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
 
@@ -266,8 +266,8 @@ def is_bypass_entry(entry: object) -> bool:
     """An `env` entry that sets a bypass variable; `NVIDIA_VISIBLE_DEVICES=void` (no GPU at all, what
     the webhook itself writes into containers that must see none) is not one."""
     name = mapping_of(entry).get("name")
-    if not isinstance(name, str) or not is_bypass_env(name):
-        return False
+    if not isinstance(name, str) or not is_bypass_env(name) or is_pin(name, mapping_of(entry)):
+        return False  # a pin: a switch set to its safe value over an unread envFrom source (limits.py)
     return not (name == "NVIDIA_VISIBLE_DEVICES" and mapping_of(entry).get("value") == NO_DEVICES)
 
 

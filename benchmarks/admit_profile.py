@@ -5,9 +5,11 @@ Feeds the realistic GPU pod reviews of `admission_load.py` (same 96-node cluster
 for /mutate and dry-run /validate, plus a breakdown of the core's share, with warm caches (a tight loop)
 and with the CPU caches flushed before each call (closer to the server, where other work runs between
 two admissions). Use it to see what a change saves before paying for the (noisy) load test;
-`--profile` prints a cProfile listing instead.
+`--profile` prints a cProfile listing instead; `--stages` prints CPU microseconds per stage of the core
+and of the server around it, each also as a ratio to parsing the same review in the same run (the
+ratios hold while other work slows the machine; the microseconds do not).
 
-    python benchmarks/admit_profile.py [--repeat 3000] [--profile mutate|validate]
+    python benchmarks/admit_profile.py [--repeat 3000] [--profile mutate|validate] [--stages]
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from admission_load import cluster_objects, review_bodies  # noqa: E402
 
+RECORD_KEY = b"k" * 32  # the server's and the core calls' key: a record sealed by one verifies in the other
+
 
 def build_app() -> Any:
     from webhook.cluster.translate import build_snapshot
@@ -38,7 +42,7 @@ def build_app() -> Any:
     from webhook.server.source import StaticSource
 
     source = StaticSource(build_snapshot(cluster_objects()))
-    return create_app(ServerConfig(source=source))
+    return create_app(ServerConfig(source=source, record_key=RECORD_KEY))
 
 
 def validating_bodies(handler: Any, reviews: list[dict[str, Any]]) -> list[bytes]:
@@ -88,19 +92,125 @@ def cold_request_us(call: Callable[[bytes], Any], bodies: list[bytes], repeat: i
     return total / repeat * 1e6
 
 
+def quiet_server_logging() -> None:
+    """The server's logging (`configure_logging`, as `serve` sets it up), written to /dev/null: the line is
+    part of the cost (made in the request thread), the terminal is not."""
+    from webhook.server import logs
+
+    logs.configure_logging("info")
+    assert logs._configured is not None
+    logs._configured.fd = os.open(os.devnull, os.O_WRONLY)
+
+
+Stage = Callable[[int], Any]
+
+
+def stage_table(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list[bytes],
+                validate_bodies: list[bytes], repeat: int) -> None:
+    """CPU microseconds per request of each stage, for /mutate and /validate, and as a ratio to decoding
+    the same review (measured in the same run, so that the ratio survives a busy machine)."""
+    from webhook.core import admit, dra, isolation, node_routes, trust
+    from webhook.core.podshape import shape_error
+    from webhook.core.record import sealed_text, shape_of
+    from webhook.core.resources import parse_pod
+    from webhook.core.rules import check_policy
+    from webhook.server import jsoncodec
+    from webhook.server import review as rv
+    from webhook.server.logs import admission_fields, log_admission
+
+    snapshot = handler.source.snapshot()
+    policy = handler.policy.get()
+    core = handler.core
+    admission_log = logging.getLogger("webhook.admission")
+    mutate_pods = [r["request"]["object"] for r in reviews]
+    validate_pods = [json.loads(b)["request"]["object"] for b in validate_bodies]
+    namespaces = [r["request"]["namespace"] for r in reviews]
+
+    def prepared(pods: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        requests = [parse_pod(p, ns) for p, ns in zip(pods, namespaces, strict=True)]
+        screened = [node_routes.screen(dra.with_claims(r, snapshot, policy), snapshot) for r in requests]
+        decisions = [admit.mutate(p, snapshot, policy, namespace=ns, record_key=RECORD_KEY)
+                     for p, ns in zip(pods, namespaces, strict=True)]
+        return {"request": requests, "screened": screened, "decision": decisions,
+                "normal": [admit._normalise(r, policy) for r in screened]}
+
+    m, v = prepared(mutate_pods), prepared(validate_pods)
+    placements = [admit._plan(r, snapshot, policy)[1] for r in m["normal"]]
+    allocations = [d.allocation for d in m["decision"]]
+    requirements = [admit._required(p, snapshot, policy) for p in placements]
+    answers = [handler.handle("mutate", "application/json", b, len(b)).body for b in mutate_bodies]
+
+    def both(make: Callable[[list[dict[str, Any]], list[bytes], dict[str, list[Any]]], Stage | None]
+             ) -> tuple[Stage | None, Stage | None]:
+        return make(mutate_pods, mutate_bodies, m), make(validate_pods, validate_bodies, v)
+
+    def log_line(i: int) -> None:
+        fields = admission_fields(uid="u", namespace=namespaces[i], pod="p", operation="CREATE",
+                                  endpoint="mutate", verdict="allowed", reason="admitted", code=200,
+                                  duration_ms=1.0, dry_run=False)
+        log_admission(admission_log, fields)
+
+    stages: list[tuple[str, Stage | None, Stage | None]] = [
+        ("review JSON decode (baseline)", *both(lambda p, b, x: lambda i: jsoncodec.loads(b[i]))),
+        ("handler.handle, all", *both(lambda p, b, x: None)),  # filled in below
+        ("  core mutate/validate, all", *both(lambda p, b, x: None)),
+        ("  server around the core", None, None),
+        ("core: shape_error", *both(lambda p, b, x: lambda i: shape_error(p[i]))),
+        ("core: parse_pod", *both(lambda p, b, x: lambda i: parse_pod(p[i], namespaces[i]))),
+        ("core: DRA claims + node routes", *both(lambda p, b, x: lambda i: node_routes.screen(
+            dra.with_claims(x["request"][i], snapshot, policy), snapshot))),
+        ("core: record seal verify", *both(lambda p, b, x: lambda i: trust.sealed_record(
+            p[i], x["screened"][i], RECORD_KEY))),
+        ("core: envFrom screen", *both(lambda p, b, x: lambda i: isolation.screen_gpu(
+            p[i], x["screened"][i], snapshot, policy))),
+        ("core: policy rules", *both(lambda p, b, x: lambda i: check_policy(x["screened"][i], policy))),
+        ("core: placement", lambda i: admit._plan(m["normal"][i], snapshot, policy), None),
+        ("core: patch, record included", lambda i: admit._patch(
+            m["normal"][i], allocations[i], placements[i], snapshot, policy, None, RECORD_KEY), None),
+        ("core: record seal", lambda i: sealed_text(allocations[i], requirements[i], shape_of(
+            namespaces[i], m["normal"][i].containers), RECORD_KEY), None),
+        ("server: envelope checks", *both(lambda p, b, x: lambda i: rv.parse_review(b[i]))),
+        ("server: needs a decision", *both(lambda p, b, x: lambda i: core.is_gpu_pod(p[i]))),
+        ("server: log line", log_line, log_line),
+        ("server: answer JSON encode", lambda i: jsoncodec.dumps(answers[i]), None),
+    ]
+    for row, (name, _, _) in enumerate(stages):
+        if name == "handler.handle, all":
+            stages[row] = (name, lambda i: handler.handle("mutate", "application/json", mutate_bodies[i]),
+                           lambda i: handler.handle("validate", "application/json", validate_bodies[i]))
+        elif name == "  core mutate/validate, all":
+            stages[row] = (name, lambda i: admit.mutate(mutate_pods[i], snapshot, policy, namespace=namespaces[i],
+                                                        record_key=RECORD_KEY),
+                           lambda i: admit.validate(validate_pods[i], snapshot, policy, namespace=namespaces[i],
+                                                    record_key=RECORD_KEY))
+    indices = [i.to_bytes(1, "big") for i in range(len(reviews))]
+    figures: dict[tuple[str, int], float] = {}
+    for name, *calls in stages:
+        for column, call in enumerate(calls):
+            if call is not None:
+                figures[name, column] = per_request_us(lambda b, c=call: c(b[0]), indices, repeat)
+    for column in (0, 1):
+        if ("handler.handle, all", column) in figures:
+            figures["  server around the core", column] = (
+                figures["handler.handle, all", column] - figures["  core mutate/validate, all", column])
+    print(f"{'CPU us per request (x: ratio to the review decode)':<36} {'/mutate':>16} {'/validate':>16}")
+    for name, *_ in stages:
+        cells = []
+        for column in (0, 1):
+            us = figures.get((name, column))
+            base = figures["review JSON decode (baseline)", column]
+            cells.append(f"{us:8.1f} {us / base:5.2f}x" if us is not None else f"{'-':>15}")
+        print(f"{name:<36} {cells[0]:>16} {cells[1]:>16}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3000, help="requests per timed pass (best of 3)")
+    parser.add_argument("--repeat", type=int, default=3000, help="requests per timed pass (best of 5)")
     parser.add_argument("--profile", choices=("mutate", "validate"), help="print a cProfile listing instead")
     parser.add_argument("--callers", metavar="REGEX", help="with --profile: also show who calls these functions")
+    parser.add_argument("--stages", action="store_true", help="print CPU time per stage instead")
     args = parser.parse_args()
-    from webhook.server.logs import JsonFormatter, JsonLineHandler
-
-    # The log line is part of the cost (formatted in the request thread), the terminal is not.
-    log_handler = JsonLineHandler(os.open(os.devnull, os.O_WRONLY))
-    log_handler.setFormatter(JsonFormatter())
-    logging.getLogger().addHandler(log_handler)
-    logging.getLogger().setLevel(logging.INFO)
+    quiet_server_logging()
     app = build_app()
     from webhook.server.app import handler_of
 
@@ -116,6 +226,9 @@ def main() -> int:
     def call_validate(body: bytes) -> Any:
         return handler.handle("validate", "application/json", body, len(body))
 
+    if args.stages:
+        stage_table(handler, reviews, mutate_bodies, validate_bodies, args.repeat)
+        return 0
     if args.profile:
         call, bodies = (call_mutate, mutate_bodies) if args.profile == "mutate" else (call_validate, validate_bodies)
         for body in bodies:
@@ -132,19 +245,18 @@ def main() -> int:
         return 0
 
     from webhook.core import admit
-    from webhook.core.policy import Policy
 
     snapshot = handler.source.snapshot()
-    policy = Policy()
+    policy = handler.policy.get()
     pods = [r["request"]["object"] for r in reviews]
     namespaces = [r["request"]["namespace"] for r in reviews]
     final_pods = [json.loads(b)["request"]["object"] for b in validate_bodies]
 
     def core_mutate(i: int) -> Any:
-        return admit.mutate(pods[i], snapshot, policy, namespace=namespaces[i])
+        return admit.mutate(pods[i], snapshot, policy, namespace=namespaces[i], record_key=RECORD_KEY)
 
     def core_validate(i: int) -> Any:
-        return admit.validate(final_pods[i], snapshot, policy, namespace=namespaces[i])
+        return admit.validate(final_pods[i], snapshot, policy, namespace=namespaces[i], record_key=RECORD_KEY)
 
     indices = [i.to_bytes(1, "big") for i in range(len(pods))]
     cases: list[tuple[str, Callable[[bytes], Any], list[bytes]]] = [

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import dra, isolation, mig, node_routes, slices, trust
+from . import dra, group_place, isolation, mig, node_routes, slices, trust
 from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
@@ -281,8 +281,17 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
     return request, None, sealed
 
 
-def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[Decision | None, Placement | None]:
-    placement = place(request, index_of(snapshot), _context(request, policy))
+def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_place.GroupPlan | None = None,
+          warnings: list[str] | None = None) -> tuple[Decision | None, Placement | None]:
+    if group is None:
+        placement = place(request, index_of(snapshot), _context(request, policy))
+    else:  # inside the group's domain (core/group_place.py)
+        placement, notes = group_place.placement_for(request, group, snapshot, _context(request, policy))
+        if warnings is not None:
+            warnings.extend(_warn(n) for n in notes)
+        if not placement.eligible and group.required:
+            return _deny(422, "group-domain", f"group {group.ref.key} lives in {group.domain}, where no node "
+                                              f"can ever host this pod ({request.gpus} GPU(s))"), placement
     if not placement.eligible:
         denial = check_satisfiable(request, snapshot, policy)
         return _deny(denial.code, denial.rule, denial.message), placement
@@ -323,6 +332,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     if unenforced:
         warnings.append(_warn(unenforced))
     placement: Placement | None = None
+    group: group_place.GroupPlan | None = None
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
     elif recorded is None and request.mig:  # MIG devices: nodes offering the profile; the scheduler picks
@@ -331,12 +341,20 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             return _deny(422, "no-such-mig", planned, tuple(warnings))
         allocation, placement = planned, Placement(eligible, ())
     elif recorded is None:
-        denial, placement = _plan(request, snapshot, policy)
+        planned_group = group_place.plan(request, snapshot, policy, _context(request, policy), policy.when_full)
+        if isinstance(planned_group, group_place.Refusal):
+            return _deny(planned_group.code, planned_group.reason, planned_group.message, tuple(warnings))
+        group = planned_group
+        if group is not None:
+            warnings += [_warn(w) for w in group.warnings]
+        denial, placement = _plan(request, snapshot, policy, group, warnings)
         if denial:
             return replace(denial, warnings=tuple(warnings))
         assert placement is not None
         fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
         allocation = _allocation(request, placement.best, fallback, policy, snapshot)
+        if group is not None:  # the record names the group and its domain
+            allocation = replace(allocation, group=group.ref.key, domain=group.domain)
         if len(request.containers) > 1:  # several containers may have slices of their own
             allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
         if placement.best is None:
@@ -356,7 +374,15 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     if denial:
         return replace(denial, warnings=tuple(warnings))
     required = sealed.required if sealed is not None else None
-    ops = _patch(request, allocation, placement, snapshot, policy, required, record_key)
+    group_required = sealed.group_required if sealed is not None else None
+    group_preferred = None
+    if group is not None and group.requirement is not None:
+        if group.required:
+            group_required = group.requirement
+        else:
+            group_preferred = group.requirement
+    ops = _patch(request, allocation, placement, snapshot, policy, required, record_key, group_required,
+                 group_preferred)
     message = f"node {allocation.node}" if allocation.node else (
         f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
     return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
@@ -384,6 +410,12 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
+    if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.group_required)):
+        return _deny(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
+                     f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
+                     f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
     backend = _backend(request, policy)
     missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
                or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
@@ -416,9 +448,12 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
 
 
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
-           policy: Policy, required: Mapping[str, Any] | None, key: bytes) -> list[dict[str, Any]]:
+           policy: Policy, required: Mapping[str, Any] | None, key: bytes,
+           group_required: Mapping[str, Any] | None = None,
+           group_preferred: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The operations, the sealed record last. `required`: the node requirement of a sealed record,
-    which the mutation ANDs in again (a no-op on its own output) instead of placing anew."""
+    which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
+    `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
     ops += patches.env_ops(pod, request, allocation, _backend(request, policy))
@@ -427,15 +462,17 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
+    also = (group_required,) if group_required is not None else ()
     if request.scheduler_name in DEFAULT_SCHEDULERS:
         if placement is not None:
             required = _required(placement, snapshot, policy)
-            ops += patches.affinity_ops(pod, required, [o.node for o in placement.options[: policy.preferred_nodes]])
+            ops += patches.affinity_ops(pod, required, [o.node for o in placement.options[: policy.preferred_nodes]],
+                                        also, group_preferred)
         elif required is not None:
-            ops += patches.affinity_ops(pod, required, [])
+            ops += patches.affinity_ops(pod, required, [], also)
     else:
-        required = None
-    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key)
+        required = group_required = None
+    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key, group_required)
     ops += patches.record_ops(pod, allocation, text)
     return ops
 

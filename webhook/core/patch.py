@@ -137,24 +137,29 @@ def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> l
     return _set(("spec", "tolerations"), existing, tolerations)
 
 
-def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred: list[str]) -> list[Op]:
-    """AND `required` (a node selector requirement) into every required term the pod already has, and
-    add preferred terms ranking the `preferred` nodes, best first."""
+def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred: list[str],
+                 also: tuple[Mapping[str, Any], ...] = (), prefer: Mapping[str, Any] | None = None) -> list[Op]:
+    """AND `required` (a node selector requirement), and those in `also` (a group's domain), into every
+    required term the pod already has, and add preferred terms ranking the `preferred` nodes, best first
+    (after one preferring the `prefer` requirement: a group's domain, when the group only prefers it)."""
     spec = _map(pod.get("spec"))
     old = spec.get("affinity")
     affinity: dict[str, Any] = dict(_map(old))
     node_aff = dict(_map(affinity.get("nodeAffinity")))
-    field = "matchFields" if required.get("key") == "metadata.name" else "matchExpressions"
     terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")
     terms = [dict(_map(t)) for t in terms] if isinstance(terms, list) and terms else [{}]
-    for term in terms:
-        items = list(term.get(field) or [])
-        if dict(required) not in items:
-            items.append(dict(required))
-        term[field] = items
+    for requirement in (required, *also):
+        field = "matchFields" if requirement.get("key") == "metadata.name" else "matchExpressions"
+        for term in terms:
+            items = list(term.get(field) or [])
+            if dict(requirement) not in items:
+                items.append(dict(requirement))
+            term[field] = items
     node_aff[REQUIRED] = {**_map(node_aff.get(REQUIRED)), "nodeSelectorTerms": terms}
     prefs = list(node_aff.get(PREFERRED) or [])
     present = [_map(p).get("preference") for p in prefs] if prefs else []  # only the pod's own can repeat a name
+    if prefer is not None and {"matchExpressions": [dict(prefer)]} not in present:
+        prefs.append({"weight": 100, "preference": {"matchExpressions": [dict(prefer)]}})
     for i, name in enumerate(dict.fromkeys(preferred)):
         preference = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
         if not present or preference not in present:

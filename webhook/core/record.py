@@ -21,6 +21,7 @@ from .model import Allocation, ContainerRequest, TopologyClass
 ANNOTATION = "gpu-admission.io/allocation"
 SEAL = "seal"
 REQUIRED = "required"
+GROUP_REQUIRED = "groupRequired"  # the group's domain requirement (core/group_place.py), when required
 _SEAL_KEY = f',"{SEAL}":"'
 # Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
 _CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
@@ -51,6 +52,10 @@ def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
     if allocation.containers:  # only when the containers' slices differ: the usual record is unchanged
         record["containers"] = [{"name": n, "init": i, "gpus": g, "memoryMiB": m, "cores": c}
                                 for n, i, g, m, c in allocation.containers]
+    if allocation.group:  # a multi-pod group's pods only: the usual record is unchanged
+        record["group"] = allocation.group
+    if allocation.domain:  # "label=value" of the topology domain the group lives in
+        record["domain"] = allocation.domain
     return record
 
 
@@ -131,6 +136,8 @@ def allocation_from_json(data: Any) -> Allocation:
         mig=_str(data, "mig"),
         cpu_milli=_int(data, "cpuMilli", 0) if "cpuMilli" in data else 0,
         host_memory_mib=_int(data, "hostMemoryMiB", 0) if "hostMemoryMiB" in data else 0,
+        group=_str(data, "group"),
+        domain=_str(data, "domain"),
     )
 
 
@@ -153,12 +160,16 @@ def seal(text: str, shape: str, key: bytes) -> str:
     return hmac.digest(key, f"{text}\n{shape}".encode(), "sha256")[:16].hex()
 
 
-def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: bytes) -> str:
+def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: bytes,
+                group_required: Mapping[str, Any] | None = None) -> str:
     """The annotation's value: the canonical record, the node requirement the mutation ANDed into the
-    pod's affinity (`required`, when it wrote one), and the seal over both, as the last key."""
+    pod's affinity (`required`, when it wrote one; `group_required`, the group's domain, likewise), and
+    the seal over them, as the last key."""
     text = canonical(allocation)
     if required is not None:
         text = f'{text[:-1]},"{REQUIRED}":{_requirement_json(required)}}}'
+    if group_required is not None:
+        text = f'{text[:-1]},"{GROUP_REQUIRED}":{_requirement_json(group_required)}}}'
     return f'{text[:-1]},"{SEAL}":"{seal(text, shape, key)}"}}'
 
 
@@ -183,6 +194,7 @@ class Sealed(NamedTuple):
 
     allocation: Allocation
     required: Mapping[str, Any] | None
+    group_required: Mapping[str, Any] | None = None
 
 
 def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
@@ -202,4 +214,7 @@ def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
     required = data.get(REQUIRED)
     if required is not None and not isinstance(required, Mapping):
         return f"{REQUIRED}: expected an object"
-    return Sealed(allocation, required)
+    group_required = data.get(GROUP_REQUIRED)
+    if group_required is not None and not isinstance(group_required, Mapping):
+        return f"{GROUP_REQUIRED}: expected an object"
+    return Sealed(allocation, required, group_required)

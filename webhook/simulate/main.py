@@ -9,7 +9,8 @@ from pathlib import Path
 from ..errors import UserError
 
 # The core's policies (webhook.core.placement.POLICIES), named here so that --help stays import-free.
-POLICY_NAMES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+POLICY_NAMES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation",
+                "fgd")  # fgd: the FGD paper's own scoring, the baseline (webhook/core/fgd.py)
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_{}.csv"
 
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     runs = run_trials(
         nodes, pods, policies, seeds, args.tune, jobs=args.jobs or None, show_progress=not args.no_progress
     )
-    summary = summarize(runs, args.tune)
+    summary = summarize(runs, args.tune, pod_file.name)  # the file names the paper's figures to show
     if args.output == "json":
         sys.stdout.write(as_json(summary))
     elif args.output == "csv":

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,13 +18,27 @@ from .replay import Run
 
 AT = 100.0  # the headline point: arrived request = 100 % of capacity
 
+# The FGD paper's published unallocated GPU % at 100 % for its FGD policy (Weng et al., ATC'23), by the
+# openb pod list it was measured on; shown beside the `fgd` baseline and the product's figures.
+PAPER_FGD: dict[str, float] = {
+    "default": 4.77, "gpushare40": 6.04, "gpushare60": 8.75, "multigpu20": 4.47, "multigpu30": 3.64,
+    "gpuspec10": 5.34, "gpuspec20": 5.34, "cpu050": 5.00, "cpu100": 4.79,
+}
+
+
+def workload_of(pod_file: str) -> str:
+    """The openb workload a pod list file is (`openb_pod_list_default.csv` -> "default"), else ""."""
+    match = re.fullmatch(r"openb_pod_list_(.+)\.csv", pod_file)
+    return match.group(1) if match else ""
+
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def summarize(runs: Sequence[Run], tune: float) -> dict[str, Any]:
-    """{"policies": {NAME: {"unallocated_pct_at_100", "per_seed", "curve", ...}}}, policies in run order."""
+def summarize(runs: Sequence[Run], tune: float, pod_file: str = "") -> dict[str, Any]:
+    """{"policies": {NAME: {"unallocated_pct_at_100", "per_seed", "curve", ...}}}, policies in run order;
+    with "paper_fgd", the paper's FGD figure, when `pod_file` is an openb pod list it gives one for."""
     by_policy: dict[str, list[Run]] = {}
     for run in runs:
         by_policy.setdefault(run.policy, []).append(run)
@@ -57,7 +72,11 @@ def summarize(runs: Sequence[Run], tune: float) -> dict[str, Any]:
             "curve": curve,
             "pods_per_second": round(pods / seconds, 1) if seconds > 0 else None,
         }
-    return {"policies": policies}
+    summary: dict[str, Any] = {"policies": policies}
+    paper = PAPER_FGD.get(workload_of(pod_file))
+    if paper is not None:
+        summary["paper_fgd"] = {"workload": workload_of(pod_file), "unallocated_pct_at_100": paper}
+    return summary
 
 
 def as_json(summary: dict[str, Any]) -> str:
@@ -103,6 +122,9 @@ def as_text(summary: dict[str, Any]) -> str:
     )
     if unplaced:
         lines.append(f"note: {unplaced} pods asking for no GPU were not placed (not counted as failed)")
+    paper = summary.get("paper_fgd")
+    if paper:
+        lines.append(f"FGD paper's published figure ({paper['workload']}): {paper['unallocated_pct_at_100']:.2f}")
     return "\n".join(lines) + "\n"
 
 

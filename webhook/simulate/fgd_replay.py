@@ -1,0 +1,72 @@
+"""The `fgd` baseline: the trace replayed with the FGD paper's own scoring (webhook/core/fgd.py).
+
+Same arrivals, same measure and the same Run as the product's policies (replay.py), so the two are
+compared in one run; only the choice of node and GPUs differs. The mix is the trace's task list, as
+the paper's simulator takes it, not the arrivals of one seed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from array import array
+from collections.abc import Callable, Sequence
+
+from ..core.fgd import FgdCluster, Kind, Task, typical_kinds
+from ..core.model import Node
+from .replay import Run, capacity_milli
+from .trace import TracePod
+
+NAME = "fgd"
+UNREPORTED = 1 << 40  # a node's CPU or memory of 0 means "not reported": it never constrains
+
+
+def task_of(pod: TracePod) -> Task:
+    return Task(pod.cpu_milli, pod.milli if pod.gpus else 0, pod.gpus, pod.models, pod.memory_mib)
+
+
+def kinds_of(pods: Sequence[TracePod]) -> tuple[Kind, ...]:
+    return typical_kinds(task_of(p) for p in pods)
+
+
+def cluster_of(nodes: Sequence[Node], kinds: Sequence[Kind]) -> FgdCluster:
+    return FgdCluster(((n.name, n.gpu_model, sum(1 for g in n.gpus if g.healthy), n.cpu_milli or UNREPORTED,
+                        n.memory_mib or UNREPORTED) for n in nodes if not n.unschedulable), kinds)
+
+
+def fgd_replay(
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    kinds: Sequence[Kind],
+    seed: int,
+    *,
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 256,
+) -> Run:
+    """Place `arrivals` one at a time with FGD; a pod that fits nowhere fails and is not retried."""
+    cluster = cluster_of(nodes, kinds)
+    rng = random.Random(seed)
+    tasks: dict[int, Task] = {}
+    arrived_log: array[int] = array("q")
+    allocated_log: array[int] = array("q")
+    arrived = allocated = failed = unplaced_cpu_only = 0
+    started = time.perf_counter()
+    for i, pod in enumerate(arrivals, 1):
+        task = tasks.get(id(pod))
+        if task is None:
+            task = tasks[id(pod)] = task_of(pod)
+        arrived += pod.gpu_milli
+        if cluster.place(task, rng) is not None:
+            allocated += pod.gpu_milli
+        elif pod.gpus:
+            failed += 1
+        else:
+            unplaced_cpu_only += 1
+        arrived_log.append(arrived)
+        allocated_log.append(allocated)
+        if progress is not None and i % progress_every == 0:
+            progress(progress_every)
+    if progress is not None and len(arrivals) % progress_every:
+        progress(len(arrivals) % progress_every)
+    return Run(NAME, seed, capacity_milli(nodes), arrived_log, allocated_log, failed,
+               time.perf_counter() - started, unplaced_cpu_only)

@@ -271,7 +271,7 @@ def brute_force(nodes: list[Node], usage: dict[str, NodeUsage], levels: tuple[st
             idle = [sum(1 for u in usage[n.name].gpus if u == GpuUsage()) for n in members]
             promised = sum(r.promised_gpus for r in records.values() if (r.level, r.domain) == (level, value))
             free = max(sum(i // gpus for i in idle) - -(-promised // gpus), 0)
-            candidates.append((value, capacity, free, sum(idle) - promised))
+            candidates.append((value, capacity, free, sum(i for i in idle if i >= gpus) - promised))
         ever = [c for c in candidates if c[1] >= pods]
         if not ever:
             continue

@@ -40,7 +40,7 @@ class Room(NamedTuple):
     value: str
     capacity: int  # pods its eligible nodes hold when empty
     free: int  # pods they hold now, less what other groups' records promise there
-    free_gpus: int  # idle GPUs now, less those promises (the best-fit measure)
+    free_gpus: int  # idle GPUs now on nodes with room for such a pod, less those promises (best fit)
 
 
 class Choice(NamedTuple):
@@ -101,6 +101,26 @@ class Table:
     where: dict[str, tuple[str | None, ...]]  # eligible node -> its domain at each level
     healthy: dict[str, int]  # eligible node -> healthy GPUs
     capacity: dict[int, list[dict[str, int]]] = field(default_factory=dict)  # GPUs per pod -> per level
+    # A node class's names -> how many of them lie in each domain, per level. Classes are shared between
+    # index versions (copy-on-write), so most are counted once, not once per admission.
+    counted: dict[int, tuple[tuple[str, ...], list[list[tuple[str, int]]]]] = field(default_factory=dict)
+
+    def count(self, names: tuple[str, ...]) -> list[list[tuple[str, int]]]:
+        hit = self.counted.get(id(names))
+        if hit is not None and hit[0] is names:
+            return hit[1]
+        per_level: list[dict[str, int]] = [{} for _ in self.levels]
+        for name in names:
+            domains = self.where.get(name)
+            if domains is not None:
+                for i, value in enumerate(domains):
+                    if value is not None:
+                        per_level[i][value] = per_level[i].get(value, 0) + 1
+        found = [list(d.items()) for d in per_level]
+        if len(self.counted) >= 8192:
+            self.counted.clear()
+        self.counted[id(names)] = (names, found)
+        return found
 
     def capacity_for(self, gpus: int) -> list[dict[str, int]]:
         found = self.capacity.get(gpus)
@@ -147,24 +167,20 @@ def table_of(statics: Statics, eligible: tuple[str, ...], levels: tuple[str, ...
 
 def rooms(table: Table, index: NodeIndex, gpus: int, records: Mapping[str, Any]) -> list[list[Room]]:
     """Per present level, every domain's room for pods of `gpus` GPUs now. Walks only the node classes
-    with idle GPUs (buckets above LEVELS), not every node."""
+    with at least `gpus` idle GPUs (the index's buckets from LEVELS + gpus), not every node."""
     gpus = max(gpus, 1)
     capacity = table.capacity_for(gpus)
     free = [dict.fromkeys(c, 0) for c in capacity]
     idle_gpus = [dict.fromkeys(c, 0) for c in capacity]
-    where = table.where
     for shape in index.statics.shapes:
-        for node_class in index.classes(shape, LEVELS + 1):
+        for node_class in index.classes(shape, LEVELS + gpus):
             idle = node_class.state.idle.bit_count()
             pods = idle // gpus
-            for name in node_class.names:
-                domains = where.get(name)
-                if domains is None:
-                    continue
-                for i, value in enumerate(domains):
-                    if value is not None:
-                        free[i][value] += pods
-                        idle_gpus[i][value] += idle
+            for i, counts in enumerate(table.count(node_class.names)):
+                level_free, level_idle = free[i], idle_gpus[i]
+                for value, nodes in counts:
+                    level_free[value] += pods * nodes
+                    level_idle[value] += idle * nodes
     promised: dict[tuple[str, str], int] = {}
     for record in records.values():
         if isinstance(record, GroupRecord) and record.promised_gpus:

@@ -11,6 +11,7 @@ from webhook.core.groups import (
     GroupRecord,
     GroupRef,
     commit,
+    domain_of,
     group_of,
     promised_in,
     record_from_json,
@@ -250,3 +251,9 @@ def test_without_member_releases_the_domain_when_the_last_member_goes() -> None:
     assert left is not None and left.members == ("uid-b",) and left.promised_gpus == 24
     assert without_member(left, "uid-b") is None
     assert without_member(RECORD, "uid-x") == RECORD
+
+
+def test_domain_of_splits_the_allocation_domain() -> None:
+    assert domain_of("nvidia.com/gpu.clique=c1") == ("nvidia.com/gpu.clique", "c1")
+    assert domain_of("topology.kubernetes.io/rack=r=1") == ("topology.kubernetes.io/rack", "r=1")
+    assert domain_of("") is None and domain_of("c1") is None and domain_of("=c1") is None

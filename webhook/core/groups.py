@@ -17,6 +17,8 @@ Interface shared by the core (admission), the cluster layer (ledger, snapshot) a
   stand, before this member's own: with it, a new group is refused when the domain cannot hold it
   besides what other groups' records still promise there;
 - `without_member(record, member)` is the record once a member is gone (None when none is left);
+- `domain_of(allocation.domain)` splits "level=value" for `commit` ("" when the group has no domain:
+  another scheduler places its pods, the cluster has no topology labels, or a preferred group split);
 - `record_to_json` / `record_from_json`: the record's JSON form (ValueError names the field).
 
 Which labels name a group, and what size they state (checked against each controller's source):
@@ -240,6 +242,13 @@ def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain
                     f"other groups' pods still to come hold {others} of them")
     return GroupRecord(record.namespace, record.name, level, domain, record.size, record.gpus_per_pod,
                        tuple(sorted((*record.members, member))))
+
+
+def domain_of(text: str) -> tuple[str, str] | None:
+    """`Allocation.domain` ("nvidia.com/gpu.clique=c1") as (level, value); None when empty or malformed
+    (a label key holds no "=", so the first one splits it)."""
+    level, sep, value = text.partition("=")
+    return (level, value) if sep and level and value else None
 
 
 def without_member(record: GroupRecord, member: str) -> GroupRecord | None:

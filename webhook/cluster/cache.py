@@ -164,6 +164,15 @@ class ClusterCache:
         stone = self._tombstones.get(uid)
         return stone[1] if stone is not None else None
 
+    def present(self, uid: str) -> bool:
+        """True while the watch shows pod `uid` holding GPUs (pending or running, not finished)."""
+        pod = self._pods.get(uid)
+        return pod is not None and pod.use is not None
+
+    def gone(self, uid: str) -> bool:
+        """True when the watch saw pod `uid` deleted (remembered for TOMBSTONE_SECONDS)."""
+        return uid in self._tombstones and uid not in self._pods
+
     def synced(self) -> bool:
         return not self.unsynced()
 

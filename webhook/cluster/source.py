@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from webhook.core.group_room import GroupOutcomes
+from webhook.core.groups import GroupRef
 from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
 from webhook.core.placement import index_of
 from webhook.core.policy import Policy
 from webhook.core.state import add_to_node
 
 from .cache import ClusterCache
+from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members
 from .reservations import Entries, Ledger, Reservation, ReservationStoreError
 
 log = logging.getLogger(__name__)
@@ -68,9 +71,13 @@ class LiveSource:
         policy: Callable[[], Policy] = Policy,
         *,
         keep_seconds: float = 0.0,
+        groups: GroupLedger | None = None,
     ) -> None:
         self.cache = cache
         self.ledger = ledger or Ledger(clock=cache.clock)
+        # Multi-pod groups' domains, next to the reservations (one cluster-wide partition).
+        self.groups = groups or GroupLedger(clock=self.ledger.clock)
+        self.outcomes = GroupOutcomes()  # for /metrics: groups placed whole, split, waiting
         self.policy = policy
         self.keep_seconds = keep_seconds
         self._view_lock = threading.Lock()
@@ -89,13 +96,13 @@ class LiveSource:
 
     def snapshot(self) -> Snapshot:
         base, generation = self.cache.view()
-        key = (generation, self.ledger.store.version)
+        key = (generation, self.ledger.store.version, self.groups.version)
         horizon = self.horizon()
         view = self._view
         if view is not None and view[0] == key and horizon < view[1]:
             return view[2]
         entries = [e for e in self.ledger.active(horizon) if not self.cache.counted(e.uid, generation)]
-        snapshot = with_reservations(base, entries)
+        snapshot = self._with_groups(with_reservations(base, entries))
         valid_until = min((e.expires_at for e in entries), default=float("inf"))
         with self._view_lock:
             self._view = (key, valid_until, snapshot)
@@ -117,10 +124,19 @@ class LiveSource:
     def age_seconds(self) -> float:
         return self.cache.silence()
 
-    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+    def _with_groups(self, snapshot: Snapshot) -> Snapshot:
+        records = self.groups.records()
+        return replace(snapshot, groups=records) if records or snapshot.groups else snapshot
+
+    def commit(
+        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None
+    ) -> Decision:
+        """`group`: the pod's group (core/groups.py), whose record is written with its reservation."""
         refusal = self._refusal(self.policy())
         if refusal is not None:
             return refusal
+        joined: list[str] = []  # the group record this pod was written into, to undo if not admitted
+        weighed: list[tuple[int, int, bool]] = []  # (room, needs, first member) of the last group commit
 
         def decide_with(entries: Entries) -> Decision:
             base, generation = self.cache.view()
@@ -130,13 +146,43 @@ class LiveSource:
                 for e in self.ledger.active(self.horizon())
                 if e.namespace != namespace and e.uid != uid and not self.cache.counted(e.uid, generation)
             ]
-            return decide(with_reservations(base, pending + others))
+            view = self._with_groups(with_reservations(base, pending + others))
+            decision = decide(view)
+            allocation = decision.allocation
+            if (group is None or dry_run or not uid or not decision.allowed or allocation is None
+                    or not allocation.group or not allocation.domain):
+                return decision
+            domain = allocation.domain
+            shown = {e.uid for e in pending} | {e.uid for e in others}
+
+            def free(records: Mapping[str, Any]) -> int:
+                room = domain_free(view, domain) - unseen_members(
+                    records, domain, group.key, lambda m: m in shown or self.cache.counted(m, generation))
+                needs = (group.size or group.minimum) * allocation.gpu_count
+                weighed.append((room, needs, False))
+                return room
+
+            # Inside the reservation's transaction: refused here, the pod reserves nothing either.
+            outcome = self.groups.commit(group, allocation, uid, free=free)
+            if isinstance(outcome, str):
+                return Decision(False, 403, refusal_message(group, outcome), REFUSAL_REASON, decision.warnings)
+            joined.append(outcome.key)
+            if weighed:  # the record has only this pod: it was just made (or made by this pod's retry)
+                weighed[-1] = (*weighed[-1][:2], outcome.members == (uid,))
+            return decision
 
         try:
-            return self.ledger.commit(
+            decision = self.ledger.commit(
                 uid, namespace, decide_with, dry_run, horizon=self.horizon, droppable=self.droppable
             )
+            if joined and not decision.allowed:  # decided again after a lost write, and refused then
+                self.groups.forget(joined[-1], uid)
+            if not dry_run:
+                self._count_group(group, decision, weighed)
+            return decision
         except ReservationStoreError as error:
+            if joined:
+                self._forget(joined[-1], uid)
             log.error("admission of pod %s in %s not recorded: %s", uid, namespace, error)
             return Decision(
                 False,
@@ -160,9 +206,41 @@ class LiveSource:
         seen = self.cache.seen_at(entry.uid)
         return seen is not None and self.cache.clock() - seen >= self.keep_seconds
 
+    def _count_group(self, group: GroupRef | None, decision: Decision,
+                     weighed: list[tuple[int, int, bool]]) -> None:
+        if group is None:
+            return
+        allocation = decision.allocation
+        if decision.reason == REFUSAL_REASON:
+            self.outcomes.count("waiting", group.key)
+        elif decision.allowed and allocation is not None and allocation.group:
+            if not allocation.domain:
+                self.outcomes.placed(group.key, "", 0, 0, False)
+            elif weighed:
+                self.outcomes.placed(group.key, allocation.domain, *weighed[-1])
+
+    def group_outcomes(self) -> dict[str, int]:
+        """Groups placed whole, split and waiting since this process started (for /metrics)."""
+        return dict(self.outcomes.counts)
+
+    def _forget(self, key: str, uid: str) -> None:
+        try:
+            self.groups.forget(key, uid)
+        except ReservationStoreError as error:  # the record then expires with its pods
+            log.warning("group %s keeps pod %s it did not admit: %s", key, uid, error)
+
     def prune(self) -> int:
-        """Delete finished reservations from the store (called periodically)."""
-        return self.ledger.prune(self.droppable)
+        """Delete finished reservations from the store, and group records whose pods are gone
+        (called periodically)."""
+        dropped = self.ledger.prune(self.droppable)
+        reserved = {e.uid for e in self.ledger.active(self.horizon())}
+
+        def alive(uid: str) -> bool:  # the watch has its pod, or its reservation counts (pod not seen yet)
+            return self.cache.present(uid) or (uid in reserved and self.cache.seen_at(uid) is None)
+
+        self.groups.refresh()
+        self.groups.prune(alive, self.cache.gone)
+        return dropped
 
     def _refusal(self, policy: Policy) -> Decision | None:
         if not self.cache.synced():
@@ -268,6 +346,7 @@ def build_source(
 
     from .cache import KINDS
     from .config import load_api_client
+    from .group_ledger import GroupApiStore
     from .kube import KubeLister
     from .reservations import ApiStore, InProcessStore, ReservationStore
     from .watch import Reflector
@@ -279,15 +358,20 @@ def build_source(
     holder = PolicyHolder(policy_file)
     policy: Policy = holder.get()
     store: ReservationStore
+    group_store: ReservationStore
     if kind == "api":
         from kubernetes import client
 
         keep = policy.stale_after_seconds + policy.stale_grace_seconds
-        store = ApiStore(client.CoreV1Api(api_client), namespace)
+        core_api = client.CoreV1Api(api_client)
+        store, group_store = ApiStore(core_api, namespace), GroupApiStore(core_api, namespace)
     else:
-        store, keep = InProcessStore(), 0.0
+        store, group_store, keep = InProcessStore(), InProcessStore(), 0.0
     cache = ClusterCache(dra_classes=lambda: holder.get().dra_device_classes)
-    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, keep_seconds=keep)
+    # A group keeps its domain while its controller re-creates a pod: longer than any reservation counts.
+    grace = max(300.0, policy.reservation_ttl_seconds + keep)
+    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, keep_seconds=keep,
+                        groups=GroupLedger(group_store, grace_seconds=grace))
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]

@@ -119,6 +119,18 @@ class ClusterCollector(Collector):
                 "Reservation writes that lost to another replica (409 Conflict) and were decided again.",
                 value=float(conflicts()),
             )
+        outcomes = getattr(self._source, "group_outcomes", None)
+        if callable(outcomes):  # a source that records multi-pod groups (core/groups.py)
+            groups = CounterMetricFamily(
+                "gpu_admission_groups",
+                "Multi-pod groups by how they were placed: whole (one domain with room for all), split (preferred"
+                " mode: no domain could hold it, its pods spread) and waiting (no room now: refused, or waiting"
+                " in its busy domain).",
+                labels=["outcome"],
+            )
+            for outcome, count in sorted(outcomes().items()):
+                groups.add_metric([outcome], float(count))
+            yield groups
         snapshot = self._source.snapshot()
         yield from quota_metrics(snapshot)
         yield from gpu_metrics(snapshot)

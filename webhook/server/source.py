@@ -9,8 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
+from webhook.core.group_room import GroupOutcomes, domain_free
+from webhook.core.groups import GroupRecord, GroupRef
+from webhook.core.groups import commit as commit_member
 from webhook.core.model import Allocation, Decision, Snapshot
 
 Decide = Callable[[Snapshot], Decision]
@@ -35,7 +39,10 @@ class SnapshotSource(Protocol):
         """Atomically decide against the current picture and, when allowed, reserve what was decided.
 
         A reservation is taken only when the decision allows the pod with an allocation and this is not
-        a dry run. Two racing commits can never both take the last of a quota.
+        a dry run. Two racing commits can never both take the last of a quota. The server passes
+        `group=` (core/groups.py) only for a pod of a multi-pod group: a source that keeps group records
+        writes the pod into its group's record with the reservation, and refuses it (403
+        `group-domain-taken`) when `groups.commit` does.
         """
         ...
 
@@ -69,6 +76,8 @@ class StaticSource:
         self._loaded_at = clock()
         self._add_allocation = add_allocation
         self._reservations: dict[str, tuple[str, Allocation]] = {}
+        self._groups: dict[str, GroupRecord] = {}  # multi-pod groups' domains (core/groups.py)
+        self.outcomes = GroupOutcomes()
         self._lock = threading.Lock()
 
     def snapshot(self) -> Snapshot:
@@ -83,12 +92,18 @@ class StaticSource:
     def age_seconds(self) -> float:
         return max(0.0, self._clock() - self._loaded_at)
 
+    def group_outcomes(self) -> dict[str, int]:
+        """Groups placed whole, split and waiting (for /metrics)."""
+        return dict(self.outcomes.counts)
+
     def reservations(self) -> dict[str, tuple[str, Allocation]]:
         """A copy of the reservations taken so far: pod UID -> (namespace, allocation)."""
         with self._lock:
             return dict(self._reservations)
 
-    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+    def commit(
+        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None
+    ) -> Decision:
         with self._lock:
             seen_before = uid in self._reservations
             # The same pod seen again (a retried call) is judged without counting it twice.
@@ -96,11 +111,27 @@ class StaticSource:
             decision = decide(view)
             if dry_run or not uid or not decision.allowed or decision.allocation is None:
                 return decision
-            self._reservations[uid] = (namespace, decision.allocation)
+            allocation = decision.allocation
+            if group is not None and allocation.group and allocation.domain:
+                level, _, value = allocation.domain.partition("=")
+                room = domain_free(view, allocation.domain)
+                outcome = commit_member(self._groups, group, level, value, allocation.gpu_count, uid, free=room)
+                if isinstance(outcome, str):
+                    self.outcomes.count("waiting", group.key)
+                    return Decision(False, 403, f"{outcome}; not admitted: its controller creates it again",
+                                    "group-domain-taken", decision.warnings)
+                self._groups[outcome.key] = outcome
+                self.outcomes.placed(group.key, allocation.domain, room, (group.size or group.minimum)
+                                     * allocation.gpu_count, outcome.members == (uid,))
+            elif group is not None and allocation.group:  # admitted with no domain: the group is split
+                self.outcomes.placed(group.key, "", 0, 0, False)
+            self._reservations[uid] = (namespace, allocation)
             if seen_before:
                 self._current = self._rebuild(exclude=None)
             else:
-                self._current = self._add_allocation(view, namespace, decision.allocation)
+                self._current = self._add_allocation(view, namespace, allocation)
+            if self._groups:
+                self._current = replace(self._current, groups=dict(self._groups))
             return decision
 
     def _rebuild(self, exclude: str | None) -> Snapshot:
@@ -108,4 +139,4 @@ class StaticSource:
         for uid, (namespace, allocation) in self._reservations.items():
             if uid != exclude:
                 snapshot = self._add_allocation(snapshot, namespace, allocation)
-        return snapshot
+        return replace(snapshot, groups=dict(self._groups)) if self._groups else snapshot

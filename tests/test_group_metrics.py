@@ -1,0 +1,108 @@
+"""Multi-pod groups through the server: the validating webhook records a group pod's domain with its
+reservation, refuses a pod whose domain another group's pods still need (403 group-domain-taken), records
+nothing on a dry run, and /metrics counts groups placed whole, split and waiting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from server_support import fake_core, gpu_pod_review, samples
+from test_group_ledger import CLIQUE, H100, cliques_cache, placed, ref
+
+from webhook.cluster.source import LiveSource
+from webhook.core.groups import group_of
+from webhook.core.model import Allocation, Decision, Snapshot, TopologyClass
+from webhook.server.app import EXTENSION, ServerConfig, create_app
+from webhook.server.policyholder import PolicyHolder
+from webhook.server.source import StaticSource
+
+
+def worker_review(job: str, index: int, namespace: str = "team-a", dry_run: bool | None = None) -> dict[str, Any]:
+    """A PyTorchJob worker pod as the training operator creates it: its labels name the job."""
+    review = gpu_pod_review(namespace, gpus=4, uid=f"r-{job}-{index}", pod_uid=f"{job}-{index}",
+                            name=f"{job}-worker-{index}", dry_run=dry_run)
+    review["request"]["object"]["metadata"].update(
+        labels={"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(index),
+                "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+        annotations={"gpu-admission.io/group-size": "2"})
+    return review
+
+
+def domain_core(domains: Mapping[str, str]) -> Any:
+    """A core whose validation returns the allocation the mutation recorded: the job's clique from
+    `domains` ("" for a pod admitted with no domain, as the preferred mode does when none fits)."""
+
+    def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None) -> Decision:
+        group = group_of(pod, namespace or "")
+        assert group is not None
+        job = pod["metadata"]["labels"]["training.kubeflow.org/job-name"]
+        index = int(pod["metadata"]["labels"]["training.kubeflow.org/replica-index"])
+        clique = domains[job]
+        return Decision(True, allocation=Allocation(
+            f"{clique or 'x'}-n{index}", (0, 1, 2, 3), 4, 81559, 100, "nvidia", H100, TopologyClass.NVLINK, 0.0,
+            "binpack", group=group.key, domain=f"{CLIQUE}={clique}" if clique else ""))
+
+    return fake_core(validate=validate)
+
+
+def post(client: Any, review: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/validate", json=review)
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.get_json()["response"]
+    return answer
+
+
+def app_over(source: Any, domains: Mapping[str, str]) -> Any:
+    return create_app(ServerConfig(source=source, core=domain_core(domains),
+                                   policy=PolicyHolder(None, loader=lambda _path: "the-policy")))
+
+
+def test_the_validating_webhook_records_groups_refuses_the_second_and_counts_them() -> None:
+    source = LiveSource(cliques_cache({"a": 2, "b": 1}))  # a: 8 GPUs, b: 4 GPUs
+    app = app_over(source, {"first": "a", "second": "a", "third": "b", "loose": ""})
+    client = app.test_client()
+    assert post(client, worker_review("first", 0))["allowed"]
+    refused = post(client, worker_review("second", 0))
+    assert refused["allowed"] is False
+    assert refused["status"]["code"] == 403 and refused["status"]["reason"] == "group-domain-taken"
+    assert "team-a/pytorchjob/first" not in refused["status"]["message"]  # it speaks of the pod's own group
+    assert "team-a/pytorchjob/second needs 8 GPUs" in refused["status"]["message"]
+    assert "creates it again" in refused["status"]["message"]
+    assert post(client, worker_review("second", 0))["allowed"] is False  # retried: still waiting, counted once
+    assert post(client, worker_review("first", 1))["allowed"]
+    # A group whose domain is too small for it now is admitted there to wait (nothing else promised).
+    assert post(client, worker_review("third", 0))["allowed"]
+    assert post(client, worker_review("loose", 0))["allowed"]  # no domain: split
+    assert post(client, worker_review("loose", 1))["allowed"]
+    groups = source.snapshot().groups
+    assert sorted(groups) == ["team-a/pytorchjob/first", "team-a/pytorchjob/third"]
+    assert groups["team-a/pytorchjob/first"].members == ("first-0", "first-1")
+    metrics = app.extensions[EXTENSION].metrics
+    assert samples(metrics, "gpu_admission_groups_total") == {
+        (("outcome", "split"),): 1.0, (("outcome", "waiting"),): 2.0, (("outcome", "whole"),): 1.0}
+    denied = samples(metrics, "gpu_admission_decisions_total")[
+        (("endpoint", "validate"), ("reason", "group-domain-taken"), ("verdict", "denied"))]
+    assert denied == 2.0
+
+
+def test_a_dry_run_records_no_group_and_counts_nothing() -> None:
+    source = LiveSource(cliques_cache({"a": 2}))
+    app = app_over(source, {"first": "a"})
+    answer = post(app.test_client(), worker_review("first", 0, dry_run=True))
+    assert answer["allowed"] is True
+    assert source.snapshot().groups == {} and source.ledger.active() == ()
+    assert samples(app.extensions[EXTENSION].metrics, "gpu_admission_groups_total") == {
+        (("outcome", "split"),): 0.0, (("outcome", "waiting"),): 0.0, (("outcome", "whole"),): 0.0}
+
+
+def test_the_static_source_keeps_group_records_too() -> None:
+    source = StaticSource(cliques_cache({"a": 2}).snapshot())
+    first, second = ref("first"), ref("second")
+    assert source.commit("first-0", "team-a", placed(first, "a", "a-n0"), False, group=first).allowed
+    refused = source.commit("second-0", "team-a", placed(second, "a", "a-n1"), False, group=second)
+    assert (refused.allowed, refused.code, refused.reason) == (False, 403, "group-domain-taken")
+    assert list(source.snapshot().groups) == ["team-a/pytorchjob/first"]
+    assert source.group_outcomes() == {"whole": 1, "split": 0, "waiting": 1}
+    assert "second-0" not in source.reservations()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from webhook.core.groups import GroupRef, group_of
 from webhook.core.model import Decision
 from webhook.core.trust import is_mirror_pod
 from webhook.core.workload import describe as describe_workload
@@ -234,7 +235,11 @@ class AdmissionHandler:
         def decide(snapshot: Any) -> Decision:
             return validate(pod, snapshot, policy, namespace=namespace or None)
 
-        decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
+        group = _group_of(pod, namespace)
+        if group is None:
+            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
+        else:  # its group's record is written with the reservation (a source that keeps groups)
+            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group)
         return _from_decision(uid, decision, with_patch=False)
 
     def _claim(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
@@ -269,6 +274,15 @@ class AdmissionHandler:
         decision = self.core.ephemeral(pod, old if isinstance(old, dict) else None, self.source.snapshot(),
                                        self.policy.get(), namespace=namespace or None, mutating=endpoint == "mutate")
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
+
+
+def _group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
+    """The pod's multi-pod group (core/groups.py), or None. A malformed group annotation is the core's
+    to refuse, with the field named; here it only means there is no group to record."""
+    try:
+        return group_of(pod, namespace)
+    except ValueError:
+        return None
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

@@ -190,7 +190,8 @@ def test_pod_webhooks_never_match_system_or_release_namespaces(
     rendered: dict[str, list[dict[str, Any]]], scenario: str
 ) -> None:
     hooks = pod_webhooks(rendered[scenario])
-    assert [w["name"] for w in hooks] == ["mutate-pods.gpu-admission.io", "validate-pods.gpu-admission.io"]
+    assert [w["name"] for w in hooks] == ["mutate-pods.gpu-admission.io", "validate-pods.gpu-admission.io",
+                                          "validate-pod-records.gpu-admission.io"]
     for hook in hooks:
         expressions = hook["namespaceSelector"]["matchExpressions"]
         names = [e for e in expressions if e["key"] == "kubernetes.io/metadata.name"]
@@ -223,7 +224,8 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["timeoutSeconds"] == 5
         assert hook["admissionReviewVersions"] == ["v1"]
     # Enforcement fails closed; a skipped mutation is caught (and explained) by the validating webhook.
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Fail", "Fail", "Fail"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Fail", "Fail", "Fail",
+                                                                   "Fail"]
     assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded", "IfNeeded"]
     assert mutating[0]["rules"] == [
         {
@@ -258,7 +260,7 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
     ]
     # Claims live in tenant namespaces: the pod webhooks' namespace selection applies to them too.
     assert claims["namespaceSelector"] == validating[0]["namespaceSelector"]
-    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 4
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 5
     # `kubectl debug`: ephemeral containers are mutated (NVIDIA_VISIBLE_DEVICES=void) and validated like
     # any container, in the namespaces the pod webhooks select, every request (no matchConditions).
     ephemeral_rule = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
@@ -281,7 +283,8 @@ def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> 
     )
     mutating = one(docs, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
-    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Ignore", "Fail", "Fail"]
+    assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Ignore", "Fail", "Fail",
+                                                                   "Fail"]
     assert {w["timeoutSeconds"] for w in mutating + validating} == {3}
 
 

@@ -19,7 +19,8 @@ def may_use_gpu(tmp_path_factory: pytest.TempPathFactory) -> Any:
     helm = helm_tool.Helm(helm_tool.find_helm(), tmp_path_factory.mktemp("helm-home"))
     docs = helm.template(kube_version="1.34.0")
     expressions = {c["expression"] for d in docs if d["kind"].endswith("WebhookConfiguration")
-                   for w in d["webhooks"] if w["rules"][0]["resources"] == ["pods"] for c in w["matchConditions"]}
+                   for w in d["webhooks"] if w["rules"][0]["resources"] == ["pods"]
+                   and w["rules"][0]["operations"] == ["CREATE"] for c in w["matchConditions"]}
     assert len(expressions) == 1
     env = celpy.Environment()
     program = env.program(env.compile(expressions.pop()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .model import PodRequest
+from .model import Decision, PodRequest
 from .record import ANNOTATION, Sealed, read_sealed, shape_of
 from .vendors import is_mapping, list_of, mapping_of
 
@@ -62,3 +62,18 @@ def is_mirror_pod(pod: Mapping[str, Any], username: str | None) -> bool:
         return False
     node = mapping_of(pod.get("spec")).get("nodeName")
     return isinstance(node, str) and bool(node) and username == NODE_USER_PREFIX + node
+
+
+def record_update(pod: Mapping[str, Any], old: Mapping[str, Any]) -> Decision:
+    """An UPDATE of a pod: refused when it adds, changes or removes the decision record. The mutation
+    writes the record at CREATE only; on a running pod a copy of another pod's sealed record (same
+    namespace and GPU shape) would move its usage to other GPUs of the node, so that the GPU it really
+    uses looks free."""
+    given = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
+    before = mapping_of(mapping_of(old.get("metadata")).get("annotations")).get(ANNOTATION)
+    if given == before:
+        return Decision(True, 200, "", "record-unchanged", gpu_pod=False)
+    what = "adds" if before is None else "removes" if given is None else "changes"
+    return Decision(False, 403, f"this update {what} the pod's {ANNOTATION} annotation, which the GPU admission "
+                                "webhook writes when the pod is created and nobody may edit afterwards (it says "
+                                "which GPUs the pod holds); leave it as it is", "record-changed", gpu_pod=True)

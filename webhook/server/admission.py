@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.groups import GroupRef, group_of
 from webhook.core.model import Decision
-from webhook.core.trust import is_mirror_pod
+from webhook.core.trust import is_mirror_pod, record_update
 from webhook.core.workload import describe as describe_workload
 
 from . import review as rv
@@ -208,6 +208,8 @@ class AdmissionHandler:
             return self._claim(endpoint, incoming)
         if _is_ephemeral(request):
             return self._ephemeral(endpoint, incoming)
+        if request.get("operation") == "UPDATE" and endpoint == "validate" and _is_pod(request):
+            return self._record_update(incoming)
         if request.get("operation") != "CREATE":
             return _fast(uid, "not-create")
         if not _is_pod(request):
@@ -241,6 +243,18 @@ class AdmissionHandler:
         else:  # its group's record is written with the reservation (a source that keeps groups)
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group)
         return _from_decision(uid, decision, with_patch=False)
+
+    def _record_update(self, incoming: rv.IncomingReview) -> _Outcome:
+        """A pod UPDATE (the chart sends only those that touch the decision record): refused when it adds,
+        changes or removes the record, which the webhook writes at CREATE only (core/trust.py)."""
+        request, uid = incoming.request, incoming.uid
+        pod, old = request.get("object"), request.get("oldObject")
+        if not isinstance(pod, dict):
+            raise rv.ReviewError(400, "missing request.object: a pod UPDATE must carry the pod")
+        if _namespace_of(request, _mapping(pod.get("metadata"))) in self.excluded_namespaces:
+            return _fast(uid, "excluded-namespace")
+        decision = record_update(pod, old if isinstance(old, dict) else {})  # the API server always sends it
+        return _fast(uid, "not-create") if decision.allowed else _from_decision(uid, decision, with_patch=False)
 
     def _claim(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """A DRA claim or claim template written in a namespace: refused when its GPUs could never be

@@ -237,13 +237,20 @@ def _parse_container(
             value = _host_value(name, raw, where, notes)
             host_cpu, host_mem = (value, host_mem) if name == "cpu" else (host_cpu, value)
     findings: list[Violation] = []
-    exempt = limit_env_of(container) if exempt_env else {}
+    exempt: dict[str, str] | None = None  # limit_env_of(container), made when an entry needs it
     for entry in list_of(container.get("env")):
-        env_name = mapping_of(entry).get("name")
+        fields = mapping_of(entry)
+        env_name = fields.get("name")
         if not isinstance(env_name, str):
             continue
+        if exempt_env and gpu_signal and isinstance(fields.get("value"), str) and is_limit_env(env_name):
+            continue  # a limit the record dictates (exempt by itself), in a container already a GPU one
         bypass = is_bypass_entry(entry)
         gpu_signal = gpu_signal or bypass
+        if not bypass and env_name != "LD_PRELOAD":
+            continue
+        if exempt is None:
+            exempt = limit_env_of(container) if exempt_env else {}
         if env_name in exempt:
             continue
         if bypass:

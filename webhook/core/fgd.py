@@ -15,17 +15,18 @@ by step and nothing added:
 - A pod's score on a node is int(100 x sigmoid((before - after) / 1000)), the growth of fragmentation
   squashed into the scheduler's 0..100 integer range; a pod sharing one GPU tries each GPU that fits and
   keeps the best (the first on ties), whole-card pods take the fullest GPUs that fit (`NodeResource.Sub`).
-  The node with the highest score wins, ties drawn at random as the default scheduler does.
+  The node with the highest score wins; of equal ones the first by name (the reference's scheduler breaks
+  ties so, "for reproducibility", where the upstream scheduler draws one at random).
 - Nodes' CPU and memory, GPU room and GPU models filter, as the scheduler's filters do. GPU memory is not
   modelled: a task asks for a share of a card.
 
-Pure: no I/O; the caller passes the random generator.
+Pure: no I/O, nothing random.
 """
 
 from __future__ import annotations
 
 import math
-import random
+from bisect import insort
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -132,8 +133,8 @@ class _Class:
     free: tuple[int, ...]
     cpu: int
     memory: int
-    names: list[str] = field(default_factory=list)
-    best: dict[Task, tuple[int, tuple[int, ...]] | None] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # sorted
+    best: dict[int, tuple[int, tuple[int, ...]] | None] = field(default_factory=dict)  # by task number
 
 
 class FgdCluster:
@@ -145,6 +146,7 @@ class FgdCluster:
         self.classes: dict[tuple[str, tuple[int, ...], int, int], _Class] = {}
         self.where: dict[str, _Class] = {}
         self._frag: dict[tuple[str, tuple[int, ...], int], float] = {}
+        self._numbers: dict[Task, int] = {}  # a number per distinct task: cheaper memo keys than the task
         for name, model, gpus, cpu, memory in nodes:
             self._put(name, model, (MILLI,) * gpus, cpu, memory)
 
@@ -153,7 +155,7 @@ class FgdCluster:
         found = self.classes.get(key)
         if found is None:
             found = self.classes[key] = _Class(model, free, cpu, memory)
-        found.names.append(name)
+        insort(found.names, name)
         self.where[name] = found
 
     def node_fragmentation(self, model: str, free: tuple[int, ...], cpu: int) -> float:
@@ -187,33 +189,25 @@ class FgdCluster:
             return None
         return score(before, self.node_fragmentation(group.model, after_free, cpu)), after_free
 
-    def place(self, task: Task, rng: random.Random) -> str | None:
-        """Put the task on the best node (ties drawn with `rng`); its name, or None when none can host it."""
-        top: float = -math.inf
-        tied: list[tuple[_Class, tuple[int, ...]]] = []
-        count = 0
+    def place(self, task: Task) -> str | None:
+        """Put the task on the best node (of equal ones, the first by name); its name, or None when none
+        can host it."""
+        best: tuple[int, str, _Class, tuple[int, ...]] | None = None
+        number = self._numbers.setdefault(task, len(self._numbers))
         for group in self.classes.values():
             memo = group.best
-            if task in memo:
-                found = memo[task]
+            if number in memo:
+                found = memo[number]
             else:
-                found = memo[task] = self._evaluate(group, task)
+                found = memo[number] = self._evaluate(group, task)
             if found is None:
                 continue
-            if found[0] > top:
-                top, tied, count = found[0], [(group, found[1])], len(group.names)
-            elif found[0] == top:
-                tied.append((group, found[1]))
-                count += len(group.names)
-        if not tied:
+            if best is None or found[0] > best[0] or (found[0] == best[0] and group.names[0] < best[1]):
+                best = (found[0], group.names[0], group, found[1])
+        if best is None:
             return None
-        drawn = rng.randrange(count)  # uniform over the tied nodes, as the scheduler's selectHost
-        k = 0
-        while drawn >= len(tied[k][0].names):
-            drawn -= len(tied[k][0].names)
-            k += 1
-        group, after = tied[k]
-        name = group.names.pop(drawn)
+        _, name, group, after = best
+        group.names.pop(0)
         if not group.names:
             del self.classes[(group.model, group.free, group.cpu, group.memory)]
         self._put(name, group.model, after, group.cpu - task.cpu_milli, group.memory - task.memory_mib)

@@ -7,7 +7,6 @@ the paper's simulator takes it, not the arrivals of one seed.
 
 from __future__ import annotations
 
-import random
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -43,9 +42,9 @@ def fgd_replay(
     progress: Callable[[int], None] | None = None,
     progress_every: int = 256,
 ) -> Run:
-    """Place `arrivals` one at a time with FGD; a pod that fits nowhere fails and is not retried."""
+    """Place `arrivals` one at a time with FGD; a pod that fits nowhere fails and is not retried. The seed
+    drew the arrivals; FGD's choices draw nothing."""
     cluster = cluster_of(nodes, kinds)
-    rng = random.Random(seed)
     tasks: dict[int, Task] = {}
     arrived_log: array[int] = array("q")
     allocated_log: array[int] = array("q")
@@ -56,7 +55,7 @@ def fgd_replay(
         if task is None:
             task = tasks[id(pod)] = task_of(pod)
         arrived += pod.gpu_milli
-        if cluster.place(task, rng) is not None:
+        if cluster.place(task) is not None:
             allocated += pod.gpu_milli
         elif pod.gpus:
             failed += 1

@@ -8,6 +8,7 @@ that adds, changes or removes the record, and accounting trusts no GPU index tha
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
@@ -18,11 +19,12 @@ import jsonpatch
 import pytest
 from server_support import cluster_objects
 
+from webhook.cluster.cache import ClusterCache
 from webhook.cluster.translate import build_snapshot
 from webhook.core import admit
 from webhook.core.policy import Policy
 from webhook.core.record import ANNOTATION
-from webhook.core.trust import record_update
+from webhook.core.trust import nonce_of, record_update
 from webhook.server.admission import real_core
 from webhook.server.app import ServerConfig, create_app
 from webhook.server.policyholder import PolicyHolder
@@ -154,3 +156,109 @@ def admitted_pair() -> tuple[dict[str, Any], dict[str, Any]]:
     records = [json.loads(p["metadata"]["annotations"][ANNOTATION]) for p in pods]
     assert records[0]["gpus"] != records[1]["gpus"]
     return pods[0], pods[1]
+
+
+# --------------------------------------------------------------------------- (b) a nonce in every record
+
+
+def mutate_review(uid: str, pod: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "team-a",
+        "operation": "CREATE", "userInfo": {"username": "alice"}, "object": pod}}
+
+
+def test_the_server_seals_a_nonce_per_admission_and_keeps_it_on_reinvocation() -> None:
+    config = ServerConfig(source=StaticSource(build_snapshot(cluster_objects())), namespace="gpu-admission",
+                          core=real_core(), policy=PolicyHolder(None, loader=lambda _path: Policy()))
+    client = create_app(config).test_client()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": dict(WHOLE)}}]}}
+    records, finals = [], []
+    for uid in ("0b6c3f1e-1111-4a5b-9c8d-000000000001", "0b6c3f1e-1111-4a5b-9c8d-000000000002"):
+        body = client.post("/mutate", data=json.dumps(mutate_review(uid, pod)), content_type="application/json")
+        ops = json.loads(base64.b64decode(body.get_json()["response"]["patch"]))
+        final = jsonpatch.apply_patch(pod, ops)
+        finals.append(final)
+        records.append(json.loads(final["metadata"]["annotations"][ANNOTATION]))
+    assert [r["nonce"] for r in records] == ["0b6c3f1e-1111-4a5b-9c8d-000000000001",
+                                             "0b6c3f1e-1111-4a5b-9c8d-000000000002"]
+    # The other keys of the record are the usual ones.
+    assert {k: v for k, v in records[0].items() if k != "seal"} == {
+        k: v for k, v in records[1].items() if k != "seal"} | {"nonce": records[0]["nonce"]}
+    # Reinvoked (another review uid): the pod keeps its record, nonce included.
+    again = client.post("/mutate", data=json.dumps(mutate_review("ffff", finals[0])), content_type="application/json")
+    assert "patch" not in again.get_json()["response"]
+    assert nonce_of("not a uuid/" * 20) == nonce_of("not a uuid/" * 20) != "not a uuid/" * 20
+
+
+def test_the_nonce_is_under_the_seal() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": dict(WHOLE)}}]}}
+    snap = build_snapshot(cluster_objects())
+    decision = admit.mutate(pod, snap, Policy(), nonce="n-1")
+    final = jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])
+    assert json.loads(final["metadata"]["annotations"][ANNOTATION])["nonce"] == "n-1"
+    assert admit.validate(final, snap, Policy()).allowed
+    forged = copy.deepcopy(final)
+    forged["metadata"]["annotations"][ANNOTATION] = final["metadata"]["annotations"][ANNOTATION].replace("n-1", "n-2")
+    assert admit.validate(forged, snap, Policy()).reason == "annotation-not-sealed"
+
+
+def three_on_one_node() -> list[dict[str, Any]]:
+    """Three whole-GPU pods admitted one after another onto gpu-a, each with its own nonce."""
+    pods: list[dict[str, Any]] = []
+    for i in range(3):
+        snap = build_snapshot([*cluster_objects(), *pods])
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "team-a"},
+               "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": dict(WHOLE)}}]}}
+        decision = admit.mutate(pod, snap, Policy(), nonce=f"nonce-{i}")
+        assert decision.allowed and decision.allocation is not None and decision.allocation.node == "gpu-a"
+        final = jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])
+        final["metadata"]["uid"] = f"uid-{i}"
+        final["spec"]["nodeName"] = "gpu-a"
+        final["status"] = {"phase": "Running"}
+        pods.append(final)
+    return pods
+
+
+def tasks_by_gpu(pods: list[dict[str, Any]]) -> dict[int, int]:
+    return {json.loads(p["metadata"]["annotations"][ANNOTATION])["gpus"][0]: 1 for p in pods}
+
+
+def cache_of(objects: list[dict[str, Any]]) -> ClusterCache:
+    cache = ClusterCache()
+    for kind, plural in {"Node": "nodes", "Namespace": "namespaces", "ResourceQuota": "resourcequotas",
+                         "Pod": "pods"}.items():
+        cache.replace(plural, [o for o in objects if o.get("kind") == kind])
+    return cache
+
+
+def test_a_replayed_record_frees_no_gpu_in_accounting() -> None:
+    pods = three_on_one_node()
+    real = tasks_by_gpu(pods)  # the GPU each pod really uses
+    assert len(real) == 3
+    thief = copy.deepcopy(pods[0])  # p0 presents p2's record (an UPDATE the webhook did not see)
+    thief["metadata"]["annotations"][ANNOTATION] = pods[2]["metadata"]["annotations"][ANNOTATION]
+    replayed = [thief, pods[1], pods[2]]
+    trusted_gpu = json.loads(pods[1]["metadata"]["annotations"][ANNOTATION])["gpus"][0]
+    cache = cache_of([*cluster_objects(), *pods])
+    cache.apply("pods", "MODIFIED", thief)
+    for usage in (build_snapshot([*cluster_objects(), *replayed]).usage["gpu-a"], cache.snapshot().usage["gpu-a"]):
+        tasks = [g.tasks for g in usage.gpus]
+        # Three pods, three GPUs: no GPU counted twice, none of the three freed, the trusted one in place.
+        assert sum(tasks) == 3 and max(tasks) == 1, tasks
+        assert tasks[trusted_gpu] == 1 and sum(g.exclusive for g in usage.gpus) == 3
+    # Without the nonce (records sealed before it existed) the copy still moves the usage: what (a) stops.
+    legacy = [copy.deepcopy(p) for p in replayed]
+    for p in legacy:
+        record = json.loads(p["metadata"]["annotations"][ANNOTATION])
+        record.pop("nonce")
+        p["metadata"]["annotations"][ANNOTATION] = json.dumps(record)
+    assert max(g.tasks for g in build_snapshot([*cluster_objects(), *legacy]).usage["gpu-a"].gpus) == 2
+
+
+def test_distinct_nonces_keep_their_indices() -> None:
+    pods = three_on_one_node()
+    usage = build_snapshot([*cluster_objects(), *pods]).usage["gpu-a"]
+    assert {i for i, g in enumerate(usage.gpus) if g.tasks} == set(tasks_by_gpu(pods))

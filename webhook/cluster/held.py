@@ -12,7 +12,8 @@ per-device limit variables cover.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.model import ContainerRequest, PodRequest
@@ -156,3 +157,26 @@ def env_share_of(request: PodRequest) -> tuple[int, Held] | None:
         if held is not None and (best is None or count > best[0]):
             best = (count, held)
     return best
+
+
+def record_nonce(raw: object) -> str:
+    """The nonce of a decision record ("" when it has none or does not parse): unique per admission,
+    so two pods presenting one are a copy (core/record.py)."""
+    if not isinstance(raw, str) or '"nonce"' not in raw:
+        return ""
+    try:
+        nonce = json.loads(raw).get("nonce")
+    except (ValueError, AttributeError, RecursionError):
+        return ""
+    return nonce if isinstance(nonce, str) else ""
+
+
+def repeated(keys: Iterable[Hashable]) -> frozenset[Hashable]:
+    """The keys seen more than once: (node, nonce) pairs of records that two held pods present. Neither
+    pod's GPU indices are trusted then: both are charged, after every trusted pod, to the freest GPUs of
+    their node, so a replayed record takes real free capacity instead of freeing the GPU in use."""
+    seen: set[Hashable] = set()
+    twice: set[Hashable] = set()
+    for key in keys:
+        (twice if key in seen else seen).add(key)
+    return frozenset(twice)

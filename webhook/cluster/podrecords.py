@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.core.model import GpuUsage, Node, NodeUsage, Usage
 
+from .held import repeated
 from .translate import PodUsage, place_usage
 
 
@@ -39,14 +41,20 @@ class PodRecord:
 
 def node_usage(node: Node, pods: Iterable[PodRecord]) -> NodeUsage:
     """A node's usage from its pods, exactly as `build_snapshot` adds them up: pods with recorded GPU
-    indices first, then the others in the order they were first seen, each on the least-used GPUs."""
+    indices first, then the others in the order they were first seen, each on the least-used GPUs. A
+    record that two pods present is a copy: neither's indices count (held.repeated)."""
     ordered = sorted(pods, key=lambda p: p.seq)
-    ordered.sort(key=lambda p: p.use is None or p.use.gpus is None)
+    copies = repeated(p.use.nonce for p in ordered if p.use is not None and p.use.gpus is not None and p.use.nonce)
+
+    def placed(use: PodUsage) -> PodUsage:
+        return replace(use, gpus=None) if copies and use.gpus is not None and use.nonce in copies else use
+
+    ordered.sort(key=lambda p: p.use is None or placed(p.use).gpus is None)
     gpus: list[GpuUsage] = [GpuUsage()] * len(node.gpus)
     cpu = memory = tasks = 0
     for pod in ordered:
         if pod.use is not None:
-            place_usage(node, gpus, pod.use)
+            place_usage(node, gpus, placed(pod.use))
             tasks += 1
         cpu += pod.cpu
         memory += pod.memory

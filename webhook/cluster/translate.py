@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -43,7 +43,7 @@ from webhook.core.resources import parse_pod
 from webhook.core.vendor_quota import quota_key, usage_of
 from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
 
-from .held import env_share_of, held_of, without_share_annotations
+from .held import env_share_of, held_of, record_nonce, repeated, without_share_annotations
 
 CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
@@ -280,6 +280,7 @@ class PodUsage:
     memory_mib_host: int
     vendor: str = "nvidia"
     mig: str = ""  # MIG profile: the pod holds MIG devices, no card
+    nonce: str = ""  # of the record whose GPU indices `gpus` are (held.repeated)
 
     @property
     def exclusive(self) -> bool:
@@ -332,8 +333,9 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
         node = node_name or recorded.node
         if recorded.node == node and len(recorded.gpus) == request.gpus and len(set(recorded.gpus)) == request.gpus:
             indices = recorded.gpus
+    nonce = record_nonce(_map(metadata.get("annotations")).get(ALLOCATION)) if indices is not None else ""
     return PodUsage(request.namespace, node, indices, request.gpus, memory_mib, memory_pct, cores,
-                    request.cpu_milli, request.memory_mib_host, vendor, request.mig)
+                    request.cpu_milli, request.memory_mib_host, vendor, request.mig, nonce)
 
 
 def _recorded_placement(raw: object) -> Allocation | None:
@@ -422,6 +424,9 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     host: dict[str, list[int]] = {n: [0, 0, 0] for n in nodes}  # cpu, memory, GPU tasks
     namespace_usage: dict[str, Usage] = {}
     uses = [(pod_usage_of(p), p) for p in by_kind["Pod"]]
+    copies = repeated((u.node, u.nonce) for u, _ in uses if u is not None and u.gpus is not None and u.nonce)
+    if copies:  # a record two pods present: neither's GPU indices are trusted (held.py)
+        uses = [(replace(u, gpus=None) if u is not None and (u.node, u.nonce) in copies else u, p) for u, p in uses]
     for use, pod in sorted(uses, key=_placement_order):
         if use is None:
             node_name, cpu, memory = host_usage_of(pod)

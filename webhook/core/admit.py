@@ -312,10 +312,11 @@ def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
 
 
 def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
-           record_key: bytes = b"") -> Decision:
+           record_key: bytes = b"", nonce: str = "") -> Decision:
     """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
     the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
-    verify in one process with the default). Idempotent: an already-mutated pod gets no operations."""
+    verify in one process with the default) and carrying `nonce` (the server's review uid; a record the
+    pod already carries keeps its own). Idempotent: an already-mutated pod gets no operations."""
     malformed = shape_error(pod)
     if malformed:
         return _deny(422, "invalid-pod", malformed)
@@ -382,7 +383,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         else:
             group_preferred = group.requirement
     ops = _patch(request, allocation, placement, snapshot, policy, required, record_key, group_required,
-                 group_preferred)
+                 group_preferred, sealed.nonce if sealed is not None else nonce)
     message = f"node {allocation.node}" if allocation.node else (
         f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
     return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
@@ -450,7 +451,7 @@ def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
            policy: Policy, required: Mapping[str, Any] | None, key: bytes,
            group_required: Mapping[str, Any] | None = None,
-           group_preferred: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+           group_preferred: Mapping[str, Any] | None = None, nonce: str = "") -> list[dict[str, Any]]:
     """The operations, the sealed record last. `required`: the node requirement of a sealed record,
     which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
     `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
@@ -472,7 +473,8 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
             ops += patches.affinity_ops(pod, required, [], also)
     else:
         required = group_required = None
-    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key, group_required)
+    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key, group_required,
+                       nonce)
     ops += patches.record_ops(pod, allocation, text)
     return ops
 

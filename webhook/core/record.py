@@ -23,6 +23,9 @@ ANNOTATION = "gpu-admission.io/allocation"
 SEAL = "seal"
 REQUIRED = "required"
 GROUP_REQUIRED = "groupRequired"  # the group's domain requirement (core/group_place.py), when required
+# Unique per admission (the server passes the AdmissionReview's uid): two pods presenting one record are
+# a copy, and accounting then trusts neither's GPU indices (cluster/held.py).
+NONCE = "nonce"
 _SEAL_KEY = f',"{SEAL}":"'
 # Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
 _CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
@@ -178,11 +181,13 @@ _XOR_36, _XOR_5C = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in 
 
 
 def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: bytes,
-                group_required: Mapping[str, Any] | None = None) -> str:
+                group_required: Mapping[str, Any] | None = None, nonce: str = "") -> str:
     """The annotation's value: the canonical record, the node requirement the mutation ANDed into the
     pod's affinity (`required`, when it wrote one; `group_required`, the group's domain, likewise), and
-    the seal over them, as the last key."""
+    the seal over them, as the last key. `nonce`, when given, goes right after the record's own keys."""
     text = canonical(allocation)
+    if nonce:
+        text = f'{text[:-1]},"{NONCE}":{_CANONICAL.encode(nonce)}}}'
     if required is not None:
         text = f'{text[:-1]},"{REQUIRED}":{_requirement_json(required)}}}'
     if group_required is not None:
@@ -212,6 +217,7 @@ class Sealed(NamedTuple):
     allocation: Allocation
     required: Mapping[str, Any] | None
     group_required: Mapping[str, Any] | None = None
+    nonce: str = ""
 
 
 def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
@@ -234,4 +240,7 @@ def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
     group_required = data.get(GROUP_REQUIRED)
     if group_required is not None and not isinstance(group_required, Mapping):
         return f"{GROUP_REQUIRED}: expected an object"
-    return Sealed(allocation, required, group_required)
+    nonce = data.get(NONCE, "")
+    if not isinstance(nonce, str):
+        return f"{NONCE}: expected a string"
+    return Sealed(allocation, required, group_required, nonce)

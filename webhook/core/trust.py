@@ -9,6 +9,7 @@ pod without it, and the mutation writes a sealed record over it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,3 +78,14 @@ def record_update(pod: Mapping[str, Any], old: Mapping[str, Any]) -> Decision:
     return Decision(False, 403, f"this update {what} the pod's {ANNOTATION} annotation, which the GPU admission "
                                 "webhook writes when the pod is created and nobody may edit afterwards (it says "
                                 "which GPUs the pod holds); leave it as it is", "record-changed", gpu_pod=True)
+
+
+_UUID_CHARS = frozenset("0123456789abcdefABCDEF-")
+
+
+def nonce_of(uid: str) -> str:
+    """The record's nonce for one admission: the AdmissionReview's uid (a UUID the API server makes for
+    each request, so no two pods get one), or a digest of it when it is not a plain UUID."""
+    if 0 < len(uid) <= 64 and set(uid) <= _UUID_CHARS:
+        return uid
+    return hashlib.sha256(uid.encode()).hexdigest()[:32]

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.groups import GroupRef, group_of
 from webhook.core.model import Decision
-from webhook.core.trust import is_mirror_pod, record_update
+from webhook.core.trust import is_mirror_pod, nonce_of, record_update
 from webhook.core.workload import describe as describe_workload
 
 from . import review as rv
@@ -47,6 +47,8 @@ class AdmissionCore:
     check_claim: Callable[..., Decision] | None = None
     # UPDATE of pods/ephemeralcontainers: (pod, old pod, snapshot, policy, namespace=, mutating=) -> Decision.
     ephemeral: Callable[..., Decision] | None = None
+    # mutate takes nonce= (from the review's uid), which the decision record carries (core/trust.py).
+    mutate_nonce: bool = False
 
 
 def real_core(record_key: bytes | None = None) -> AdmissionCore:
@@ -68,7 +70,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
 
     key = secrets.token_bytes(32) if record_key is None else record_key
     return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
-                         _check_inventory_write, check_claim_object, ephemeral)
+                         _check_inventory_write, check_claim_object, ephemeral, mutate_nonce=True)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -229,7 +231,8 @@ class AdmissionHandler:
             return _fast(uid, "no-gpu-request")
         policy = self.policy.get()
         if endpoint == "mutate":
-            decision = self.core.mutate(pod, self.source.snapshot(), policy, namespace=namespace or None)
+            extra = {"nonce": nonce_of(uid)} if self.core.mutate_nonce else {}
+            decision = self.core.mutate(pod, self.source.snapshot(), policy, namespace=namespace or None, **extra)
             return _from_decision(uid, decision, with_patch=True)
         pod_uid = _text(metadata.get("uid")) or uid
         validate = self.core.validate

@@ -55,6 +55,7 @@ class Result:
     error: bool = False  # an input error: the document could not be read or decided (exit code 2)
     error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
     group: str = ""  # API group of a decided workload: text writes "Job (batch.volcano.sh)"
+    pods: list[dict[str, Any]] = field(default_factory=list)  # each pod decided: name, verdict, allocation
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class Result:
             "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
             "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
             "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
+            "pods": self.pods,
         }
 
 
@@ -84,6 +86,8 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
     from .workloads import ClaimObject, Problem, Skipped, is_cluster_scoped
 
     results: list[Result] = []
+    lws_sizes = {(w.source, w.name): w.group_size + 1 for w in workloads
+                 if getattr(w, "family", "") == "lws" and getattr(w, "role", "") == "worker"}
     for item in workloads:
         if isinstance(item, Problem):
             scoped = not item.kind or is_cluster_scoped(None, item.kind)
@@ -101,14 +105,30 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
         else:
             namespace = item.namespace or default_namespace
             try:
-                result, snapshot = _decide(item, snapshot, policy, namespace)
+                result, snapshot = _decide(item, snapshot, policy, namespace,
+                                           lws_sizes.get((item.source, item.name), 1))
             except Exception as err:  # noqa: BLE001 - one pod the core chokes on must not end the run
                 result = Result(item.source, item.kind, item.name, namespace, managed=False, allowed=False,
                                 code=500, reason="input-error", role=item.role, replicas=item.replicas,
                                 message=f"could not be decided: internal error ({type(err).__name__}: {err})",
                                 error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
             results.append(result)
+    _note_open_groups(results, snapshot)
     return results
+
+
+def _note_open_groups(results: list[Result], snapshot: Any) -> None:
+    """A group whose pods state no size (a training operator job, a Ray worker group) is placed by its
+    first pod without knowing how many follow: say how to tell the webhook, with the count check saw."""
+    for key, record in sorted(snapshot.groups.items()):
+        if record.size is not None or len(record.members) < 2:
+            continue
+        first = next((r for r in results if any((p.get("allocation") or {}).get("group") == key for p in r.pods)), None)
+        if first is not None:
+            first.notes.append(f"group {key}: its pods state no size, so the webhook's first pod picks a domain "
+                               f"without knowing the rest; annotate its pod templates with "
+                               f"gpu-admission.io/group-size: \"{len(record.members)}\" so its first pod "
+                               f"chooses a domain for all {len(record.members)}")
 
 
 def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Result:
@@ -123,7 +143,7 @@ def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Resu
                   warnings=list(decision.warnings))
 
 
-def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Result, Any]:
+def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int = 1) -> tuple[Result, Any]:
     """The pods of one template, one by one as the controller creates them; the snapshot with those admitted.
 
     A template with 0 pods now (scaled to zero, autoscaled from 0) is still decided as one pod, not
@@ -152,6 +172,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Resu
             labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
             meta["labels"] = {**labels, **controllers.pod_labels(
                 item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
+            _add_group_size(meta, item, lws_size)
         pod["metadata"] = meta
         mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)
         decision = mutated
@@ -159,6 +180,10 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Resu
             patched = jsonpatch.apply_patch(pod, [dict(op) for op in mutated.patch]) if mutated.patch else pod
             patched["metadata"]["uid"] = f"check-{item.source}{item.template_path}-{replica}"
             decision = admit.validate(patched, snapshot, policy, namespace=namespace)
+            if item.replicas and decision.allowed:  # as the ledger records it between the replicas
+                decision, snapshot = _join_group(patched, namespace, decision, snapshot, str(meta["name"]))
+        result.pods.append(_pod_entry(str(meta["name"]), decision if decision.allocation else mutated, decision,
+                                      snapshot))
         if replica == 0:
             result.managed = mutated.managed
             result.patch = [dict(op) for op in mutated.patch]
@@ -178,12 +203,84 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str) -> tuple[Resu
             if decision.allocation.node:
                 result.nodes.append(decision.allocation.node)
     if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
-        result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes)
+        result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes) + _domains_text(result.pods)
     elif item.replicas == 0:
         result.notes.append("0 pods now: one pod decided, not counted")
     if getattr(item, "per_node", False):
         result.warnings.append("DaemonSet: evaluated as one pod; it runs one per eligible node")
     return result, snapshot
+
+
+def _add_group_size(meta: dict[str, Any], item: Any, lws_size: int) -> None:
+    """The group size the controller states on each pod: LeaderWorkerSet's size annotation, JobSet's
+    replicated-job Job count (a label and an annotation). The training operator, Ray and Volcano state
+    none: their groups are open-ended unless the template carries gpu-admission.io/group-size."""
+    from .core import workload as controllers
+    from .core.groups import JOBSET_REPLICAS, LWS_SIZE
+
+    extra: dict[str, str] = {}
+    if item.family == controllers.LWS:  # `lws_size`: the size its worker template was counted with
+        extra[LWS_SIZE] = str(lws_size if item.role == "leader" else item.group_size + (item.role == "worker"))
+    elif item.family == controllers.JOBSET:
+        extra[JOBSET_REPLICAS] = str(max(item.replicas // max(item.group_size, 1), 1))
+        meta["labels"] = {**meta["labels"], **extra}
+    if extra:
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        meta["annotations"] = {**extra, **annotations}
+
+
+def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot: Any, member: str) -> tuple[Any, Any]:
+    """Record an admitted pod in its group's record as the webhook's ledger does (`groups.commit`), so the
+    next replica follows the domain; a refusal denies the pod as the ledger would (403)."""
+    from dataclasses import replace
+
+    from .core.group_room import domain_free, split_domain
+    from .core.groups import commit, group_of
+    from .core.model import Decision
+
+    allocation = decision.allocation
+    if allocation is None or not allocation.group or not allocation.domain:
+        return decision, snapshot
+    ref = group_of(pod, namespace)
+    if ref is None:
+        return decision, snapshot
+    level, value = split_domain(allocation.domain)
+    outcome = commit(snapshot.groups, ref, level, value, allocation.gpu_count, member,
+                     free=domain_free(snapshot, allocation.domain))
+    if isinstance(outcome, str):
+        return Decision(False, 403, f"{outcome}; the webhook refuses this pod until that group's pods are in",
+                        "group-domain-taken", decision.warnings), snapshot
+    return decision, replace(snapshot, groups={**snapshot.groups, outcome.key: outcome})
+
+
+def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any) -> dict[str, Any]:
+    """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, the domain its node
+    is in (the group's own domain, unless the preferred mode placed it outside)."""
+    from .core.group_room import split_domain
+    from .core.record import allocation_to_json
+
+    entry: dict[str, Any] = {"name": name, "allowed": decision.allowed, "reason": decision.reason}
+    if not decision.allowed:
+        entry.update(code=decision.code, message=decision.message)
+    allocation = placed.allocation
+    entry["allocation"] = allocation_to_json(allocation) if allocation is not None else None
+    if allocation is not None and allocation.group:
+        level, _ = split_domain(allocation.domain)
+        node = snapshot.nodes.get(allocation.node or "")
+        value = node.labels.get(level) if node is not None and level else None
+        entry["domain"] = f"{level}={value}" if value is not None else allocation.domain if not node else ""
+    return entry
+
+
+def _domains_text(pods: list[dict[str, Any]]) -> str:
+    """", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise."""
+    domains = [p["domain"] for p in pods if "domain" in p]
+    if not any(domains):
+        return ""
+    distinct = sorted(set(domains))
+    if len(distinct) == 1:
+        return f", all in {distinct[0]}"
+    return f", split over {len(distinct)} domains" + (" (some pods in none)" if "" in distinct else "")
 
 
 def _nodes_text(nodes: list[str]) -> str:

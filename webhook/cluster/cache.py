@@ -17,12 +17,14 @@ from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card
 from webhook.core.inventory import toolkit_from_json
+from webhook.core.mixlearn import Histogram, Shape
 from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.resources import is_gpu_pod
 from webhook.core.vendor_quota import usage_of
 from webhook.core.vendors import ALLOCATION
 
+from .observe import models_of, pod_shape
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
 from .translate import (
     claim_of,
@@ -82,6 +84,10 @@ class ClusterCache:
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
         self._gpu_pods = 0
+        # The held GPU pods by request shape (the learned workload mix's input), and each pod's shape
+        # with the models it allows (kept to recompute its shape when its node's card size changes).
+        self._observed = Histogram()
+        self._shapes: dict[str, tuple[Shape | None, tuple[str, ...]]] = {}
         # what changed since the last published snapshot
         self._published: Snapshot | None = None
         self._dirty_nodes = True
@@ -330,6 +336,7 @@ class ClusterCache:
             self._count(pod, -1)
             pod.taken = self._taken(pod)
             self._count(pod, +1)
+            self._observe(uid, pod, None)
         if node is not None:
             self._recompute_usage(name)
 
@@ -403,10 +410,24 @@ class ClusterCache:
             self._by_node.setdefault(pod.node, set()).add(key)
         pod.taken = self._taken(pod)
         self._count(pod, +1)
+        self._observe(key, pod, obj)
         if pod.node is not None and pod.node in self._nodes:
             self._recompute_usage(pod.node)
 
+    def _observe(self, key: str, pod: PodRecord, obj: Mapping[str, Any] | None) -> None:
+        """Count the pod's shape in the histogram (again, when its node changed: `obj` None)."""
+        old, models = self._shapes.pop(key, (None, ()))
+        self._observed.add(old, -1)
+        if pod.use is None:
+            return
+        if obj is not None:
+            models = models_of(obj, pod.use.vendor)
+        shape = pod_shape(pod.use, models, self._nodes)
+        self._shapes[key] = (shape, models)
+        self._observed.add(shape)
+
     def _unplace(self, key: str, pod: PodRecord) -> None:
+        self._observed.add(self._shapes.pop(key, (None, ()))[0], -1)
         self._count(pod, -1)
         if pod.node is not None:
             on_node = self._by_node.get(pod.node)
@@ -516,7 +537,8 @@ class ClusterCache:
             config_maps = previous.config_maps
         self._dirty_config_maps = set()
         self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache, claims=claims,
-                                   claim_templates=templates, config_maps=config_maps)
+                                   claim_templates=templates, config_maps=config_maps,
+                                   observed=self._observed.view())
         self._dirty_nodes = False
         self._dirty_usage = set()
         self._dirty = set()

@@ -16,6 +16,7 @@ from typing import Any
 
 from webhook.core.group_room import GroupOutcomes
 from webhook.core.groups import GroupRef
+from webhook.core.mixlearn import EMPTY
 from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
 from webhook.core.placement import index_of
 from webhook.core.policy import Policy
@@ -23,6 +24,7 @@ from webhook.core.state import add_to_node
 
 from .cache import ClusterCache
 from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members
+from .observe import allocation_shape
 from .reservations import Entries, Ledger, Reservation, ReservationStoreError
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,9 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
     if changed:
         usage = {**snapshot.usage, **changed}
         index = index.updated(changed)
-    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index})
+    # Admitted pods count in the learned workload mix as they will once the watch shows them.
+    observed = (snapshot.observed or EMPTY).plus(allocation_shape(e.allocation, snapshot.nodes) for e in entries)
+    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index}, observed=observed)
 
 
 class LiveSource:

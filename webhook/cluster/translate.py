@@ -472,6 +472,8 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         namespace = guarded("Namespace", obj, namespace_of)
         if namespace is not None:
             namespaces[namespace.name] = namespace
+    from .observe import observed_of  # it reads PodUsage from here
+
     return Snapshot(
         nodes=nodes,
         usage={n: NodeUsage(tuple(gpu_use[n]), host[n][0], host[n][1], host[n][2]) for n in nodes},
@@ -481,4 +483,5 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         claims=claims["ResourceClaim"],
         claim_templates=claims["ResourceClaimTemplate"],
         config_maps=config_maps,
+        observed=observed_of(uses, nodes),
     )

@@ -16,6 +16,7 @@ from . import patch as patches
 from .dialects import mode_warnings
 from .dialects import resolve as resolve_gpu_policy
 from .limits import is_limit_env, is_sm_device_env, limit_env
+from .mixlearn import learned_mix
 from .model import (
     Allocation,
     Decision,
@@ -167,14 +168,27 @@ _CONTEXTS = _ByIdentity()
 _REQUIRED = _ByIdentity()
 
 
-def _context(request: PodRequest, policy: Policy) -> PlacementContext:
-    return _CONTEXTS.get(policy, (request.placement, request.gpu_placement, request.namespace),
-                         lambda: _new_context(request, policy))
+def _context(request: PodRequest, policy: Policy, snapshot: Snapshot) -> PlacementContext:
+    learned = _learned(request, policy, snapshot)
+    # The context holds the learned mix, so its id stays unique while the entry exists.
+    return _CONTEXTS.get(policy, (request.placement, request.gpu_placement, request.namespace, id(learned)),
+                         lambda: _new_context(request, policy, learned))
 
 
-def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
+def _learned(request: PodRequest, policy: Policy, snapshot: Snapshot) -> tuple[WorkloadShape, ...]:
+    """The mix the snapshot's GPU pods teach, when the pod is placed by fragmentation with a learned mix
+    (memoised per published histogram: a look-up or two)."""
+    if policy.workload_mix_source != "learn":
+        return ()
     spec = request.placement or policy.placement_for(request.namespace)
-    mix = tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
+    if spec != "fragmentation" and (isinstance(spec, str) or "fragmentation" not in spec):
+        return ()
+    return learned_mix(snapshot.observed, snapshot.nodes)
+
+
+def _new_context(request: PodRequest, policy: Policy, learned: tuple[WorkloadShape, ...] = ()) -> PlacementContext:
+    spec = request.placement or policy.placement_for(request.namespace)
+    mix = learned or tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
     return PlacementContext(
         policy=spec,
         gpu_policy=request.gpu_placement or policy.gpu_placement,
@@ -284,9 +298,9 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
 def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_place.GroupPlan | None = None,
           warnings: list[str] | None = None) -> tuple[Decision | None, Placement | None]:
     if group is None:
-        placement = place(request, index_of(snapshot), _context(request, policy))
+        placement = place(request, index_of(snapshot), _context(request, policy, snapshot))
     else:  # inside the group's domain (core/group_place.py)
-        placement, notes = group_place.placement_for(request, group, snapshot, _context(request, policy))
+        placement, notes = group_place.placement_for(request, group, snapshot, _context(request, policy, snapshot))
         if warnings is not None:
             warnings.extend(_warn(n) for n in notes)
         if not placement.eligible and group.required:
@@ -342,7 +356,8 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             return _deny(422, "no-such-mig", planned, tuple(warnings))
         allocation, placement = planned, Placement(eligible, ())
     elif recorded is None:
-        planned_group = group_place.plan(request, snapshot, policy, _context(request, policy), policy.when_full)
+        planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot),
+                                         policy.when_full)
         if isinstance(planned_group, group_place.Refusal):
             return _deny(planned_group.code, planned_group.reason, planned_group.message, tuple(warnings))
         group = planned_group

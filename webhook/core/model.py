@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .mixlearn import Observed
 
 # ---------------------------------------------------------------------------------------------
 # Cluster: nodes, their GPUs and links, what is in use
@@ -194,6 +197,9 @@ class Snapshot:
     config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
     # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
     groups: Mapping[str, Any] = field(default_factory=dict)
+    # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
+    # derived from (core/mixlearn.py `Observed`); None: nothing observed.
+    observed: Observed | None = None
 
 
 # ---------------------------------------------------------------------------------------------

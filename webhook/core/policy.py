@@ -62,6 +62,9 @@ class NamespaceRule:
     group_topology: str | None = None  # required | preferred | none for the namespace's groups
 
 
+MIX_SOURCES = ("learn", "default")  # workloadMix's names; a list is a fixed mix
+
+
 @dataclass(frozen=True)
 class MixEntry:
     """One pod shape of a fixed workload mix for the fragmentation policy."""
@@ -99,6 +102,9 @@ class Policy:
     on_stale: str = "deny"
     reservation_ttl_seconds: float = 120.0
     workload_mix: tuple[MixEntry, ...] = ()
+    # Where the fragmentation policy's mix comes from: "learn" (the GPU pods the cluster holds, see
+    # core/mixlearn.py), "default" (fragmentation.default_mix) or "fixed" (`workload_mix`).
+    workload_mix_source: str = "learn"
     # DRA: device classes whose devices are GPUs (counted against quotas and rules), and extended
     # resources that a DeviceClass serves through DRA and the vendor table does not know (whole GPUs).
     dra_device_classes: tuple[str, ...] = DRA_DEVICE_CLASSES
@@ -320,8 +326,13 @@ def parse_policy(
             kwargs["reservation_ttl_seconds"] = _number(res["ttlSeconds"], "reservations.ttlSeconds", 1.0)
     if "workloadMix" in root:
         mix = root["workloadMix"]
-        if not isinstance(mix, list):
-            raise PolicyError("workloadMix", "expected a list of {gpus, milli, weight}")
+        if mix in MIX_SOURCES or mix == []:  # an empty list: as before, learned
+            kwargs["workload_mix_source"] = mix or "learn"
+            mix = []
+        elif not isinstance(mix, list):
+            raise PolicyError("workloadMix", "expected learn, default, or a list of {gpus, milli, weight}")
+        else:
+            kwargs["workload_mix_source"] = "fixed"
         entries = []
         for i, raw in enumerate(mix):
             item = _mapping(raw, f"workloadMix[{i}]")
@@ -333,6 +344,8 @@ def parse_policy(
                     weight=_number(item.get("weight", 1.0), f"workloadMix[{i}].weight", 0.0),
                 )
             )
+        if mix and not any(e.weight > 0 for e in entries):
+            raise PolicyError("workloadMix", "every weight is 0; give one a weight above 0")
         kwargs["workload_mix"] = tuple(entries)
     if "isolation" in root:
         iso = _mapping(root["isolation"], "isolation")

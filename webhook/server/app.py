@@ -49,6 +49,7 @@ def create_app(config: ServerConfig) -> Flask:
     policy = config.policy or PolicyHolder(
         config.policy_file, on_failure=lambda _message: metrics.policy_reload_failures.inc()
     )
+    metrics.policy = policy.get  # the workload mix gauge shows the policy's mix
     handler = AdmissionHandler(
         source=config.source,
         policy=policy,

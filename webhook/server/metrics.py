@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.core.mixlearn import mix_in_use
 from webhook.core.model import QuotaLimits, Snapshot
+from webhook.core.policy import Policy
 
 from .source import SnapshotSource
 from .tls import CLIENT_TIMEOUT, connections_cut_off
@@ -73,7 +75,8 @@ class AdmissionMetrics:
             "Policy file changes that could not be loaded (the previous policy stays in force).",
             registry=self.registry,
         )
-        self.registry.register(ClusterCollector(source, cert_file))
+        self.policy: Callable[[], Policy] = Policy  # the policy in force (the app sets its holder's)
+        self.registry.register(ClusterCollector(source, cert_file, lambda: self.policy()))
         self.registry.register(CutOffCollector())
 
     def exposition(self) -> bytes:
@@ -98,8 +101,10 @@ class CutOffCollector(Collector):
 class ClusterCollector(Collector):
     """Gauges read from the snapshot at scrape time, so they are never out of date."""
 
-    def __init__(self, source: SnapshotSource, cert_file: str | None) -> None:
+    def __init__(self, source: SnapshotSource, cert_file: str | None,
+                 policy: Callable[[], Policy] = Policy) -> None:
         self._source = source
+        self._policy = policy
         self._expiry = CertificateExpiry(cert_file) if cert_file else None
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -134,6 +139,7 @@ class ClusterCollector(Collector):
         snapshot = self._source.snapshot()
         yield from quota_metrics(snapshot)
         yield from gpu_metrics(snapshot)
+        yield mix_metric(snapshot, self._policy())
         if self._expiry is not None:
             remaining = self._expiry.seconds_left()
             if remaining is not None:
@@ -158,6 +164,22 @@ def source_is_stale(source: SnapshotSource) -> bool:
         return bool(stale())
     ready, why = source.ready()
     return not ready and "stale" in why.lower()
+
+
+def mix_metric(snapshot: Snapshot, policy: Policy) -> GaugeMetricFamily:
+    """The fragmentation policy's workload mix: one series per shape (at most mixlearn.MAX_SHAPES)."""
+    source, mix = mix_in_use(policy, snapshot)
+    family = GaugeMetricFamily(
+        "gpu_admission_workload_mix_weight",
+        "Weight of each pod shape in the fragmentation policy's workload mix (they sum to 1), and where the"
+        " mix comes from: learned from the GPU pods the cluster holds, fixed by the policy, or the default.",
+        labels=["source", "gpus", "milli", "cpu_milli", "memory_mib", "models"],
+    )
+    for shape in mix:
+        labels = [source, str(shape.gpus), str(shape.milli), str(shape.cpu_milli), str(shape.memory_mib),
+                  ",".join(shape.models)]
+        family.add_metric(labels, shape.weight)
+    return family
 
 
 def quota_metrics(snapshot: Snapshot) -> Iterator[GaugeMetricFamily]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .replay import Mix
 
 # The core's policies (webhook.core.placement.POLICIES), named here so that --help stays import-free.
 POLICY_NAMES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation",
@@ -34,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help=f"placement policy, repeatable ({', '.join(POLICY_NAMES)}; 'all' for every one); default: fragmentation",
+    )
+    parser.add_argument(
+        "--mix",
+        default="learn",
+        metavar="learn|default|FILE",
+        help="the fragmentation policy's workload mix: learn (from the pods as they arrive, as the webhook "
+        "does; the default), default (the neutral mix), or the workloadMix of a policy FILE",
     )
     parser.add_argument("--seeds", default="42-51", help="seeds: 42-51, or 42,43,50 (default: 42-51)")
     parser.add_argument(
@@ -82,6 +93,21 @@ def parse_policies(names: list[str] | None) -> list[str]:
     return chosen
 
 
+def parse_mix(text: str) -> Mix:
+    """--mix: learn | default | a policy file, whose workloadMix (a list, learn or default) is used."""
+    from ..core.placement import WorkloadShape
+    from ..policyfile import load_policy
+
+    if text in ("learn", "default"):
+        return text
+    if not Path(text).is_file():
+        raise UserError(f"--mix: {text!r} is neither learn, default nor a policy file")
+    policy = load_policy(text, {})
+    if policy.workload_mix_source != "fixed":
+        return policy.workload_mix_source
+    return tuple(WorkloadShape(e.gpus, e.milli, e.weight) for e in policy.workload_mix)
+
+
 def _files(args: argparse.Namespace) -> tuple[Path, Path]:
     nodes = args.nodes
     pods = args.pods
@@ -107,13 +133,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--plot: {args.plot} must name a .png file")
     seeds = parse_seeds(args.seeds)
     policies = parse_policies(args.policy)
+    mix = parse_mix(args.mix)
     node_file, pod_file = _files(args)
     nodes = load_nodes(node_file)
     pods = load_pods(pod_file)
     if not any(g.healthy for n in nodes for g in n.gpus):
         raise UserError(f"{node_file}: no GPUs in the cluster")
     runs = run_trials(
-        nodes, pods, policies, seeds, args.tune, jobs=args.jobs or None, show_progress=not args.no_progress
+        nodes, pods, policies, seeds, args.tune, jobs=args.jobs or None, show_progress=not args.no_progress, mix=mix
     )
     summary = summarize(runs, args.tune, pod_file.name)  # the file names the paper's figures to show
     if args.output == "json":

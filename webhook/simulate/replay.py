@@ -1,7 +1,9 @@
 """The FGD paper's procedure: shuffle, resample to `tune` x capacity, place one at a time, never depart.
 
 Placement goes through `webhook.core.placement` exactly as the webhook calls it (place, commit, and the
-index kept up to date in place), so what is measured here is what the cluster would do.
+index kept up to date in place), so what is measured here is what the cluster would do. The workload mix
+is learned as in production: the histogram of the GPU pods arrived (placed, or pending after failing to
+fit) is the one the watch cache keeps (`core.mixlearn.Histogram`), read by the same `learned_mix`.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..core.fragmentation import learn_mix
+from ..core.mixlearn import Histogram, learned_mix, request_shape
 from ..core.model import GpuUsage, Node, NodeUsage, PodRequest
-from ..core.placement import NodeIndex, PlacementContext, commit, place
+from ..core.placement import NodeIndex, PlacementContext, WorkloadShape, commit, place
 from .trace import TracePod, to_request
 
 DEFAULT_TUNE = 1.3
-# The learned workload mix is refreshed after this many GPU pods, then each time their number doubles.
-LEARN_FIRST = 64
+# The workload mix: learned from the pods as they arrive (production's), the neutral default, or fixed.
+Mix = str | tuple[WorkloadShape, ...]
+LEARN = "learn"
 
 
 @dataclass(frozen=True)
@@ -117,32 +120,34 @@ def replay(
     policy: str,
     seed: int,
     *,
-    learn: bool = True,
+    mix: Mix = LEARN,
     check: bool = False,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 256,
 ) -> Run:
-    """Place `arrivals` one at a time with `policy`; a pod that fits nowhere fails and is not retried."""
+    """Place `arrivals` one at a time with `policy`; a pod that fits nowhere fails and is not retried.
+
+    `mix`: "learn" (as the webhook does), "default" (`default_mix()`), or a fixed mix."""
     by_name: Mapping[str, Node] = {n.name: n for n in nodes}
     index = NodeIndex.build(by_name, {n.name: empty_usage(n) for n in nodes})
-    ctx = PlacementContext(policy=policy, limit=1, seed=seed)
+    learn = mix == LEARN
+    fixed = mix if isinstance(mix, tuple) else ()
+    ctx = PlacementContext(policy=policy, limit=1, seed=seed, workload_mix=fixed)
     requests: dict[int, PodRequest] = {}
-    seen: list[PodRequest] = []
+    observed = Histogram()
     arrived_log: array[int] = array("q")
     allocated_log: array[int] = array("q")
     arrived = allocated = failed = unplaced_cpu_only = 0
-    next_learn = LEARN_FIRST
     started = time.perf_counter()
     for i, pod in enumerate(arrivals, 1):
         request = requests.get(id(pod))
         if request is None:
             request = requests[id(pod)] = to_request(pod)
         arrived += pod.gpu_milli
-        if learn and request.gpus:
-            seen.append(request)
-            if len(seen) >= next_learn:
-                ctx = replace(ctx, workload_mix=learn_mix(seen, nodes))
-                next_learn *= 2
+        if learn and request.gpus and observed.add(request_shape(request)):
+            learned = learned_mix(observed.view(), by_name)
+            if learned is not ctx.workload_mix:
+                ctx = replace(ctx, workload_mix=learned)
         best = place(request, index, ctx).best
         if best is None and not request.gpus:
             unplaced_cpu_only += 1

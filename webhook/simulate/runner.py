@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from ..core.model import Node
 from .fgd_replay import NAME as FGD
 from .fgd_replay import fgd_replay, kinds_of
-from .replay import Run, capacity_milli, replay, workload
+from .replay import LEARN, Mix, Run, capacity_milli, replay, workload
 from .trace import TracePod
 
 
@@ -23,6 +23,7 @@ from .trace import TracePod
 class Trial:
     policy: str
     seed: int
+    mix: Mix = LEARN
 
 
 class Progress:
@@ -100,7 +101,7 @@ def _replay(nodes: Sequence[Node], pods: Sequence[TracePod], arrivals: Sequence[
     """One trial: the FGD paper's own scoring for `fgd` (its mix is the whole trace's), else the core's."""
     if trial.policy == FGD:
         return fgd_replay(nodes, arrivals, kinds_of(pods), trial.seed, progress=progress)
-    return replay(nodes, arrivals, trial.policy, trial.seed, progress=progress)
+    return replay(nodes, arrivals, trial.policy, trial.seed, mix=trial.mix, progress=progress)
 
 
 def run_trials(
@@ -113,9 +114,11 @@ def run_trials(
     jobs: int | None = None,
     show_progress: bool = True,
     stream: TextIO | None = None,
+    mix: Mix = LEARN,
 ) -> list[Run]:
-    """Every policy on every seed; results in (policy, seed) order."""
-    trials = [Trial(p, s) for p in policies for s in seeds]
+    """Every policy on every seed; results in (policy, seed) order. `mix`: the fragmentation policy's
+    workload mix (replay.replay)."""
+    trials = [Trial(p, s, mix) for p in policies for s in seeds]
     capacity = capacity_milli(nodes)
     expected = sum(len(workload(pods, capacity, s, tune)) for s in seeds) * len(policies)
     progress = Progress(expected, len(trials), stream, show_progress)

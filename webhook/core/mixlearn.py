@@ -1,0 +1,257 @@
+"""The workload mix, learned online from what the cluster shows: one learner for the webhook, `check` and the
+simulator.
+
+The fragmentation policy weighs a node's free capacity by the kinds of GPU pod likely to come next. Those
+kinds are read from the GPU pods the cluster holds (running, pending, and admitted but not yet seen by the
+watch): a histogram of request shapes (GPUs, thousandths of a card each, CPU, host memory, allowed models).
+The mix is a pure function of that histogram and the nodes, so replicas that watch the same cluster
+derive the same mix, and a restart loses nothing the cluster still shows.
+
+Cost: the histogram is kept by its owner as pods come and go (`Histogram.add`, O(1)); each shape's count
+is quantised (`LEVELS` steps per doubling, shapes below `MIN_COUNT` left out), and the published view
+(`Observed`) only changes its signature when a quantised count does. The mix is computed once per
+(signature, kinds of node) and memoised, never per admission.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .model import Node, PodRequest
+
+if TYPE_CHECKING:
+    from .model import Snapshot
+    from .placement import WorkloadShape
+    from .policy import Policy
+
+MILLI = 1000
+# (GPUs, thousandths of a card per GPU, CPU millicores, host memory MiB, lower-cased allowed models)
+Shape = tuple[int, int, int, int, tuple[str, ...]]
+# A node as far as hosting goes, with how many such nodes: ((model, healthy GPUs, CPU, memory), count).
+Hosts = tuple[tuple[tuple[str, int, int, int], int], ...]
+Signature = tuple[tuple[Shape, int], ...]
+
+# Quantisation of a shape's count: LEVELS steps per doubling (2: a step is 41 %). Shapes seen fewer than
+# MIN_COUNT times are noise and left out; they enter the mix once they recur.
+LEVELS = 1
+MIN_COUNT = 16
+# Shapes kept in the mix: the heaviest ones covering this share of the weight, at most this many. Every
+# rare shape kept would spend the weights on kinds that matter on a handful of nodes only.
+COVERAGE = 0.99
+MAX_SHAPES = 48
+
+
+def shape_of(gpus: int, milli: int | None, cpu_milli: int = 0, memory_mib: int = 0,
+             models: Iterable[str] = ()) -> Shape | None:
+    """A request shape; None for what takes no share of a card (no GPU, MIG devices, unknown share)."""
+    if gpus <= 0 or milli is None or milli <= 0:
+        return None
+    return gpus, min(milli, MILLI), max(cpu_milli, 0), max(memory_mib, 0), tuple(sorted({m.lower() for m in models}))
+
+
+def slice_milli(memory_mib: int | None, memory_pct: int | None, cores: int | None, card_mib: int = 0) -> int | None:
+    """Thousandths of a card per GPU for a slice: its compute share (0 or 100 % and up: none), else its
+    memory share, else the whole card. None when only MiB are known and the card is not."""
+    if cores is not None and 0 < cores < 100:
+        return cores * 10
+    if memory_pct is not None and memory_pct < 100:
+        return max(1, memory_pct * 10)
+    if memory_mib is not None:
+        return max(1, min(MILLI, -(-memory_mib * MILLI // card_mib))) if card_mib > 0 else None
+    return MILLI
+
+
+def request_shape(request: PodRequest) -> Shape | None:
+    """The shape of a pod's request, as the webhook and the simulator see it before placing it."""
+    if request.mig:
+        return None
+    milli = slice_milli(request.memory_mib, request.memory_pct, request.cores)
+    return shape_of(request.gpus, milli, request.cpu_milli, request.memory_mib_host, request.models_include)
+
+
+def _level(count: int) -> int | None:
+    return math.floor(LEVELS * math.log2(count)) if count >= MIN_COUNT else None
+
+
+class Observed:
+    """A published histogram: exact counts, and the quantised signature the mix is derived from.
+
+    Immutable by convention (shared by every snapshot until the histogram changes)."""
+
+    __slots__ = ("counts", "signature")
+
+    def __init__(self, counts: Mapping[Shape, int], signature: Signature | None = None) -> None:
+        self.counts = counts
+        if signature is None:
+            signature = tuple(sorted((s, lv) for s, c in counts.items() if (lv := _level(c)) is not None))
+        self.signature = signature
+
+    def plus(self, shapes: Iterable[Shape | None]) -> Observed:
+        """This histogram with more pods counted (reservations, pods `check` has admitted)."""
+        counts = dict(self.counts)
+        changed = False
+        for shape in shapes:
+            if shape is not None:
+                counts[shape] = counts.get(shape, 0) + 1
+                changed = True
+        return Observed(counts) if changed else self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Observed) and self.counts == other.counts
+
+    def __hash__(self) -> int:
+        return hash(self.signature)
+
+    def __repr__(self) -> str:
+        return f"Observed({sum(self.counts.values())} pods, {len(self.counts)} shapes)"
+
+
+EMPTY = Observed({}, ())
+
+
+class Histogram:
+    """The running histogram its owner keeps as pods come and go (the watch cache, the simulator, `check`).
+
+    `view()` hands out an `Observed`, rebuilt only after a count changed (O(shapes) then)."""
+
+    __slots__ = ("counts", "levels", "_view", "signature_changes")
+
+    def __init__(self) -> None:
+        self.counts: dict[Shape, int] = {}
+        self.levels: dict[Shape, int] = {}
+        self._view: Observed | None = EMPTY
+        self.signature_changes = 0
+
+    def add(self, shape: Shape | None, sign: int = 1) -> bool:
+        """Count one pod in (sign 1) or out (-1); True when the quantised signature changed."""
+        if shape is None:
+            return False
+        count = self.counts.get(shape, 0) + sign
+        if count > 0:
+            self.counts[shape] = count
+        else:
+            self.counts.pop(shape, None)
+        self._view = None
+        level = _level(count) if count > 0 else None
+        if self.levels.get(shape) == level:
+            return False
+        if level is None:
+            del self.levels[shape]
+        else:
+            self.levels[shape] = level
+        self.signature_changes += 1
+        return True
+
+    def view(self) -> Observed:
+        if self._view is None:
+            self._view = Observed(dict(self.counts), tuple(sorted(self.levels.items())))
+        return self._view
+
+
+def hosts_of(nodes: Iterable[Node]) -> Hosts:
+    """The schedulable nodes as far as hosting goes, grouped (hashable, small)."""
+    found: dict[tuple[str, int, int, int], int] = {}
+    for node in nodes:
+        if node.unschedulable:
+            continue
+        key = (node.gpu_model.lower(), sum(1 for g in node.gpus if g.healthy), node.cpu_milli, node.memory_mib)
+        found[key] = found.get(key, 0) + 1
+    return tuple(sorted(found.items()))
+
+
+@lru_cache(maxsize=4096)
+def supply(hosts: Hosts, shape: Shape) -> float:
+    """GPU capacity (GPUs) that tasks of this shape could take on an empty cluster.
+
+    Per node, as many such tasks as its cards, CPU and memory allow, times what each takes of the cards:
+    a node whose CPU runs out after one task supplies that task's GPUs, not all of its cards.
+    """
+    gpus, milli, cpu, memory, models = shape
+    total = 0.0
+    for (model, healthy, node_cpu, node_memory), count in hosts:
+        if healthy < gpus or (models and not any(m in model for m in models)):
+            continue
+        if (node_cpu and node_cpu < cpu) or (node_memory and node_memory < memory):
+            continue
+        tasks = healthy * (MILLI // milli) if gpus == 1 else healthy // gpus
+        if cpu and node_cpu:
+            tasks = min(tasks, node_cpu // cpu)
+        if memory and node_memory:
+            tasks = min(tasks, node_memory // memory)
+        total += tasks * gpus * milli / MILLI * count
+    return total
+
+
+@lru_cache(maxsize=256)
+def mix_of_signature(signature: Signature, hosts: Hosts) -> tuple[WorkloadShape, ...]:
+    """The mix for a quantised histogram: each shape weighs its (quantised) count divided by the GPU
+    capacity such tasks could take on an empty cluster, so a kind only a few nodes can host counts for
+    more on those nodes; shapes no node can host are dropped, and so are the lightest beyond COVERAGE
+    of the weight (and MAX_SHAPES). Empty: nothing learned yet (the policy uses the default mix)."""
+    from .placement import WorkloadShape
+
+    weights: list[tuple[float, Shape]] = []
+    for shape, level in signature:
+        capacity = supply(hosts, shape) if hosts else 1.0
+        if capacity > 0:
+            weights.append((2.0 ** (level / LEVELS) / capacity, shape))
+    if not weights:
+        return ()
+    weights.sort(key=lambda ws: (-ws[0], ws[1]))
+    total = sum(w for w, _ in weights)
+    covered = 0.0
+    kept = 0
+    for weight, _ in weights:
+        if kept and (covered >= COVERAGE * total or kept >= MAX_SHAPES):
+            break
+        covered += weight
+        kept += 1
+    # Normalised over the kept shapes: a change among the shapes left out changes nothing.
+    return tuple(WorkloadShape(gpus, milli, weight / covered, cpu, memory, models)
+                 for weight, (gpus, milli, cpu, memory, models) in weights[:kept])
+
+
+# Per identity of the published objects (held, so that ids stay unique): hosts per node mapping, and the
+# mix per (observed, nodes). Both bounded; dropped together when full.
+_HOSTS: dict[int, tuple[object, Hosts]] = {}
+_MIXES: dict[tuple[int, int], tuple[object, object, tuple[WorkloadShape, ...]]] = {}
+
+
+def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[WorkloadShape, ...]:
+    """The mix a snapshot's pods teach: two dictionary look-ups when neither has changed."""
+    if observed is None or not observed.signature:
+        return ()
+    key = (id(observed), id(nodes))
+    hit = _MIXES.get(key)
+    if hit is not None and hit[0] is observed and hit[1] is nodes:
+        return hit[2]
+    held = _HOSTS.get(id(nodes))
+    if held is None or held[0] is not nodes:
+        if len(_HOSTS) >= 16:
+            _HOSTS.clear()
+        held = _HOSTS[id(nodes)] = (nodes, hosts_of(nodes.values()))
+    mix = mix_of_signature(observed.signature, held[1])
+    if len(_MIXES) >= 64:
+        _MIXES.clear()
+    _MIXES[key] = (observed, nodes, mix)
+    return mix
+
+
+def mix_in_use(policy: Policy, snapshot: Snapshot) -> tuple[str, tuple[WorkloadShape, ...]]:
+    """The fragmentation policy's mix for this policy and snapshot, weights summing to 1, and where it
+    comes from: "learned", "fixed" (the policy's list), or "default" (asked for, or nothing learned yet)."""
+    from .fragmentation import default_mix
+    from .placement import WorkloadShape
+
+    if policy.workload_mix_source == "fixed":
+        source, mix = "fixed", tuple(WorkloadShape(e.gpus, e.milli, e.weight) for e in policy.workload_mix)
+    elif policy.workload_mix_source == "learn" and (learned := learned_mix(snapshot.observed, snapshot.nodes)):
+        source, mix = "learned", learned
+    else:
+        source, mix = "default", default_mix()
+    total = sum(s.weight for s in mix if s.weight > 0)
+    return source, tuple(WorkloadShape(s.gpus, s.milli, s.weight / total, s.cpu_milli, s.memory_mib, s.models)
+                         for s in mix if s.weight > 0)

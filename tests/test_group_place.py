@@ -120,10 +120,19 @@ def test_a_later_pod_the_domain_can_never_host_is_refused_with_the_domain() -> N
 
 
 def test_second_mutate_pass_is_a_no_op() -> None:
-    for policy in (REQUIRED, PREFERRED):
-        _, out = patched(lws_pod(size=2), policy=policy)
-        again = admit.mutate(out, CLUSTER, policy)
-        assert again.allowed and again.patch == ()
+    record = GroupRecord("team-a", "lws/vllm/0", CLIQUE, "c1", 2, 4, ("uid-0",))
+    later = dataclasses.replace(CLUSTER, groups={record.key: record}, cache={})
+    waiting = snapshot(*NODES, usage=busy(NODES, {"c3-0", "c3-1"}))
+    for snap, size in ((CLUSTER, 2), (later, 2), (waiting, 4), (CLUSTER, 8)):
+        for policy in (REQUIRED, PREFERRED):
+            first = admit.mutate(lws_pod(size=size), snap, policy)
+            if not first.allowed:  # a group no domain holds, in required mode
+                continue
+            _, out = patched(lws_pod(size=size), snap, policy)
+            again = admit.mutate(out, snap, policy)
+            assert again.allowed and again.patch == (), (size, policy.group_topology)
+            assert again.allocation == first.allocation
+            assert admit.validate(out, snap, policy).allowed
 
 
 def test_validate_refuses_a_pod_whose_group_requirement_was_removed() -> None:
@@ -133,6 +142,11 @@ def test_validate_refuses_a_pod_whose_group_requirement_was_removed() -> None:
     refused = admit.validate(out, CLUSTER, REQUIRED)
     assert (refused.allowed, refused.code, refused.reason) == (False, 403, "affinity-changed")
     assert "nvidia.com/gpu.clique In ['c2']" in refused.message and "team-a/lws/vllm/0" in refused.message
+    # the mutating webhook, invoked again after the change, ANDs it back in from the sealed record
+    again = admit.mutate(out, CLUSTER, REQUIRED)
+    restored = jsonpatch.apply_patch(out, [dict(op) for op in again.patch])
+    assert all(in_clique("c2") in t["matchExpressions"] for t in terms(restored))
+    assert admit.validate(restored, CLUSTER, REQUIRED).allowed
     # a new term without it is a way around it as well
     _, out = patched(lws_pod(size=2))
     terms(out).append({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]})

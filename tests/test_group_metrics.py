@@ -13,6 +13,7 @@ from test_group_ledger import CLIQUE, H100, cliques_cache, placed, ref
 from webhook.cluster.source import LiveSource
 from webhook.core.groups import group_of
 from webhook.core.model import Allocation, Decision, Snapshot, TopologyClass
+from webhook.core.policy import Policy
 from webhook.server.app import EXTENSION, ServerConfig, create_app
 from webhook.server.policyholder import PolicyHolder
 from webhook.server.source import StaticSource
@@ -56,7 +57,7 @@ def post(client: Any, review: dict[str, Any]) -> dict[str, Any]:
 
 def app_over(source: Any, domains: Mapping[str, str]) -> Any:
     return create_app(ServerConfig(source=source, core=domain_core(domains),
-                                   policy=PolicyHolder(None, loader=lambda _path: "the-policy")))
+                                   policy=PolicyHolder(None, loader=lambda _path: Policy())))
 
 
 def test_the_validating_webhook_records_groups_refuses_the_second_and_counts_them() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 from .groups import GroupRecord
 from .model import Snapshot
+from .placement import index_of
 
 
 def split_domain(domain: str) -> tuple[str, str]:
@@ -33,8 +34,12 @@ def domain_free(snapshot: Snapshot, domain: str) -> int:
     Two whole-card pods on one card (replicas that raced to the same GPUs) take two cards' worth."""
     level, value = split_domain(domain)
     free = 0
-    for name, node in snapshot.nodes.items():
-        if node.unschedulable or node.labels.get(level) != value:
+    # The nodes of the domain from the placement index's label index (built once per node set), so a
+    # group pod's commit reads its domain's nodes only, not the cluster's.
+    names = index_of(snapshot).statics.label_index().by_label.get(level, {}).get(value, ())
+    for name in names:
+        node = snapshot.nodes.get(name)
+        if node is None or node.unschedulable:
             continue
         used = snapshot.usage.get(name)
         taken = used.gpus if used is not None else ()

@@ -411,8 +411,9 @@ def test_logs_are_json_lines_one_per_admission(server: RunningServer) -> None:
 
 
 def unsealed(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The patch with the record's seal left out: each side seals with its own key (check has no
-    installation's key), and everything the seal covers must still agree."""
+    """The patch with the record's seal and nonce left out: each side seals with its own key (check has no
+    installation's key), the webhook's nonce is its review's uid (check has no review), and everything
+    else the seal covers must still agree."""
     key = "gpu-admission.io/allocation"
     out = []
     for op in ops:
@@ -420,6 +421,7 @@ def unsealed(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
             whole = op["path"] == "/metadata/annotations"  # the first annotation of the pod: the whole map
             record = json.loads(op["value"][key] if whole else op["value"])
             assert len(record.pop("seal")) == 32
+            record.pop("nonce", None)
             op = {**op, "value": {**op["value"], key: record} if whole else record}
         out.append(op)
     return out

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.core import admit
-from webhook.core.group_place import Choice, Room, choose, rooms, table_of
+from webhook.core.group_place import Choice, Level, choose, rooms, table_of
 from webhook.core.groups import GroupRecord
 from webhook.core.model import GpuUsage, Node, NodeUsage, Snapshot
 from webhook.core.placement import index_of
@@ -319,7 +319,7 @@ def test_domain_choice_matches_a_brute_force(layout: list[tuple[str | None, str 
     eligible = tuple(sorted(n.name for n in nodes))
     levels = (CLIQUE, RACK)
     table = table_of(index.statics, eligible, levels)
-    found: list[list[Room]] = rooms(table, index, gpus, records)
+    found: list[Level] = rooms(table, index, gpus, records)
     present = tuple(lv for lv in levels if any(lv in n.labels for n in nodes))
     assert table.levels == present
     assert choose(found, pods, open_ended) == brute_force(nodes, usage, present, gpus, pods, records, open_ended)

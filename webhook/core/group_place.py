@@ -17,8 +17,11 @@ them.
 
 from __future__ import annotations
 
+import sys
 import weakref
-from collections.abc import Mapping
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -33,14 +36,15 @@ DEFAULT_SCHEDULERS = ("", "default-scheduler")
 REQUIRED, PREFERRED, NONE = GROUP_MODES
 
 
-class Room(NamedTuple):
-    """One domain as a group's first pod sees it, in pods like that pod (each on one node)."""
+class Level(NamedTuple):
+    """The domains of one level as a group's first pod sees them, in pods like that pod (each on one
+    node): columns indexed like `names`."""
 
     level: str
-    value: str
-    capacity: int  # pods its eligible nodes hold when empty
-    free: int  # pods they hold now, less what other groups' records promise there
-    free_gpus: int  # idle GPUs now on nodes with room for such a pod, less those promises (best fit)
+    names: tuple[str, ...]  # sorted
+    capacity: Sequence[int]  # pods its eligible nodes hold when empty
+    free: Sequence[int]  # pods they hold now, less what other groups' records promise there
+    free_gpus: Sequence[int]  # idle GPUs now on nodes with room for such a pod, less those promises
 
 
 class Choice(NamedTuple):
@@ -97,42 +101,58 @@ def mode_of(pod: Mapping[str, Any], namespace: str, policy: Policy) -> str:
 
 @dataclass(eq=False)
 class Table:
-    levels: tuple[str, ...]  # present among the eligible nodes, innermost first
-    where: dict[str, tuple[str | None, ...]]  # eligible node -> its domain at each level
-    healthy: dict[str, int]  # eligible node -> healthy GPUs
-    capacity: dict[int, list[dict[str, int]]] = field(default_factory=dict)  # GPUs per pod -> per level
-    # A node class's names -> how many of them lie in each domain, per level. Classes are shared between
-    # index versions (copy-on-write), so most are counted once, not once per admission.
-    counted: dict[int, tuple[tuple[str, ...], list[list[tuple[str, int]]]]] = field(default_factory=dict)
+    """The domains of an eligible node set. Per level, domains are numbered in name order; a node class's
+    count of nodes per domain is kept as one integer with a 64-bit field per domain, so that summing
+    the classes' counts, each times its free pods, is a few big-integer operations instead of a loop
+    over domains per class (a 100k-GPU cluster has hundreds of cliques)."""
 
-    def count(self, names: tuple[str, ...]) -> list[list[tuple[str, int]]]:
+    levels: tuple[str, ...]  # present among the eligible nodes, innermost first
+    domains: tuple[tuple[str, ...], ...]  # per level, its domains' names, sorted
+    where: dict[str, tuple[int, ...]]  # eligible node -> its domain's number at each level (-1: none)
+    healthy: dict[str, int]  # eligible node -> healthy GPUs
+    capacity: dict[int, list[list[int]]] = field(default_factory=dict)  # GPUs per pod -> per level
+    # A node class's names -> its packed counts per level. Classes are shared between index versions
+    # (copy-on-write), so most are counted once, not once per admission.
+    counted: dict[int, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict)
+
+    def packed(self, names: tuple[str, ...]) -> list[int]:
         hit = self.counted.get(id(names))
         if hit is not None and hit[0] is names:
             return hit[1]
-        per_level: list[dict[str, int]] = [{} for _ in self.levels]
+        per_level = [[0] * len(d) for d in self.domains]
         for name in names:
-            domains = self.where.get(name)
-            if domains is not None:
-                for i, value in enumerate(domains):
-                    if value is not None:
-                        per_level[i][value] = per_level[i].get(value, 0) + 1
-        found = [list(d.items()) for d in per_level]
+            numbers = self.where.get(name)
+            if numbers is not None:
+                for i, j in enumerate(numbers):
+                    if j >= 0:
+                        per_level[i][j] += 1
+        found = [_pack(counts) for counts in per_level]
         if len(self.counted) >= 8192:
             self.counted.clear()
         self.counted[id(names)] = (names, found)
         return found
 
-    def capacity_for(self, gpus: int) -> list[dict[str, int]]:
+    def capacity_for(self, gpus: int) -> list[list[int]]:
         found = self.capacity.get(gpus)
         if found is None:
-            found = [{} for _ in self.levels]
-            for name, domains in self.where.items():
+            found = [[0] * len(d) for d in self.domains]
+            for name, numbers in self.where.items():
                 pods = self.healthy[name] // gpus
-                for i, value in enumerate(domains):
-                    if value is not None:
-                        found[i][value] = found[i].get(value, 0) + pods
+                for i, j in enumerate(numbers):
+                    if j >= 0:
+                        found[i][j] += pods
             self.capacity[gpus] = found
         return found
+
+
+def _pack(counts: list[int]) -> int:  # fields of array("Q").itemsize bytes (8 on every CPython)
+    return int.from_bytes(array("Q", counts).tobytes(), sys.byteorder)  # the array's own byte order
+
+
+def _unpack(packed: int, size: int) -> array[int]:
+    out = array("Q")
+    out.frombytes(packed.to_bytes(out.itemsize * size, sys.byteorder))
+    return out
 
 
 _TABLES: weakref.WeakKeyDictionary[Statics, dict[Any, tuple[tuple[str, ...], Table]]] = weakref.WeakKeyDictionary()
@@ -148,72 +168,73 @@ def table_of(statics: Statics, eligible: tuple[str, ...], levels: tuple[str, ...
         return hit[1]
     nodes = statics.nodes
     present = tuple(lv for lv in levels if any(lv in nodes[n].labels for n in eligible if n in nodes))
-    where: dict[str, tuple[str | None, ...]] = {}
+    domains = tuple(tuple(sorted({nodes[n].labels[lv] for n in eligible if n in nodes and lv in nodes[n].labels}))
+                    for lv in present)
+    numbering = [{value: j for j, value in enumerate(d)} for d in domains]
+    where: dict[str, tuple[int, ...]] = {}
     healthy: dict[str, int] = {}
     for name in eligible:
         node = nodes.get(name)
         if node is None:
             continue
-        domains = tuple(node.labels.get(lv) for lv in present)
-        if any(d is not None for d in domains):
-            where[name] = domains
+        numbers = tuple(numbering[i].get(node.labels.get(lv, ""), -1) if lv in node.labels else -1
+                        for i, lv in enumerate(present))
+        if any(j >= 0 for j in numbers):
+            where[name] = numbers
             healthy[name] = sum(1 for g in node.gpus if g.healthy)
-    table = Table(present, where, healthy)
+    table = Table(present, domains, where, healthy)
     if len(memo) >= 64:
         memo.clear()
     memo[(id(eligible), levels)] = (eligible, table)
     return table
 
 
-def rooms(table: Table, index: NodeIndex, gpus: int, records: Mapping[str, Any]) -> list[list[Room]]:
+def rooms(table: Table, index: NodeIndex, gpus: int, records: Mapping[str, Any]) -> list[Level]:
     """Per present level, every domain's room for pods of `gpus` GPUs now. Walks only the node classes
     with at least `gpus` idle GPUs (the index's buckets from LEVELS + gpus), not every node."""
     gpus = max(gpus, 1)
     capacity = table.capacity_for(gpus)
-    free = [dict.fromkeys(c, 0) for c in capacity]
-    idle_gpus = [dict.fromkeys(c, 0) for c in capacity]
+    free = [0] * len(table.levels)
+    idle_gpus = [0] * len(table.levels)
     for shape in index.statics.shapes:
         for node_class in index.classes(shape, LEVELS + gpus):
             idle = node_class.state.idle.bit_count()
             pods = idle // gpus
-            for i, counts in enumerate(table.count(node_class.names)):
-                level_free, level_idle = free[i], idle_gpus[i]
-                for value, nodes in counts:
-                    level_free[value] += pods * nodes
-                    level_idle[value] += idle * nodes
-    promised: dict[tuple[str, str], int] = {}
-    for record in records.values():
-        if isinstance(record, GroupRecord) and record.promised_gpus:
-            at = (record.level, record.domain)
-            promised[at] = promised.get(at, 0) + record.promised_gpus
-    out: list[list[Room]] = []
-    for i, level in enumerate(table.levels):
-        level_rooms = []
-        for value in sorted(capacity[i]):
-            held = promised.get((level, value), 0)
-            level_rooms.append(Room(level, value, capacity[i][value], max(free[i][value] - -(-held // gpus), 0),
-                                    idle_gpus[i][value] - held))
-        out.append(level_rooms)
+            for i, packed in enumerate(table.packed(node_class.names)):
+                free[i] += pods * packed
+                idle_gpus[i] += idle * packed
+    out = [Level(level, table.domains[i], capacity[i], _unpack(free[i], len(table.domains[i])).tolist(),
+                 _unpack(idle_gpus[i], len(table.domains[i])).tolist()) for i, level in enumerate(table.levels)]
+    where = {level: i for i, level in enumerate(table.levels)}
+    for record in records.values():  # few: the groups whose pods are still to come
+        if isinstance(record, GroupRecord) and record.promised_gpus and record.level in where:
+            found = out[where[record.level]]
+            j = bisect_left(found.names, record.domain)
+            if j < len(found.names) and found.names[j] == record.domain:
+                assert isinstance(found.free, list) and isinstance(found.free_gpus, list)
+                found.free[j] = max(found.free[j] - -(-record.promised_gpus // gpus), 0)
+                found.free_gpus[j] -= record.promised_gpus
     return out
 
 
-def choose(levels: list[list[Room]], pods: int, open_ended: bool) -> Choice | None:
+def choose(levels: list[Level], pods: int, open_ended: bool) -> Choice | None:
     """The innermost level where some domain could ever hold `pods`; there, the best domain with room now
     (best fit: fewest GPUs left free, then the name; open-ended: the most room, then the name), else the
     one with most room now and then most capacity (the group waits). None: no domain ever could."""
-    for level_rooms in levels:
-        ever = [r for r in level_rooms if r.capacity >= pods]
+    for lv in levels:
+        names, capacity, free, free_gpus = lv.names, lv.capacity, lv.free, lv.free_gpus
+        ever = [j for j in range(len(names)) if capacity[j] >= pods]
         if not ever:
             continue
-        now = [r for r in ever if r.free >= pods]
+        now = [j for j in ever if free[j] >= pods]
         if now:
             if open_ended:
-                best = min(now, key=lambda r: (-r.free, -r.free_gpus, r.value))
+                best = min(now, key=lambda j: (-free[j], -free_gpus[j], names[j]))
             else:
-                best = min(now, key=lambda r: (r.free_gpus, r.free, r.value))
-            return Choice(best.level, best.value, True)
-        wait = min(ever, key=lambda r: (-r.free, -r.capacity, r.value))
-        return Choice(wait.level, wait.value, False)
+                best = min(now, key=lambda j: (free_gpus[j], free[j], names[j]))
+            return Choice(lv.level, names[best], True)
+        wait = min(ever, key=lambda j: (-free[j], -capacity[j], names[j]))
+        return Choice(lv.level, names[wait], False)
     return None
 
 
@@ -251,7 +272,7 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
     choice = choose(levels, pods, ref.size is None)
     need = f"{'at least ' if ref.size is None else ''}{pods * gpus} GPUs ({pods} pods x {gpus})"
     if choice is None:
-        largest = max((r.capacity for r in levels[-1]), default=0) * gpus
+        largest = max(levels[-1].capacity, default=0) * gpus
         message = f"group {ref.key} needs {need} in one {table.levels[-1]}; the largest has {largest}"
         if mode == REQUIRED:
             return Refusal(422, "group-too-large", message)

@@ -32,7 +32,8 @@ def _container(name: str, **extra: Any) -> dict[str, Any]:
 def _gpu_pod() -> dict[str, Any]:
     main = _container("main", resources={"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000},
                                          "requests": {"cpu": "1"}},
-                      envFrom=[{"configMapRef": {"name": "c"}, "prefix": "P_"}, {"secretRef": {"name": "s"}, "prefix": "S_"}],
+                      envFrom=[{"configMapRef": {"name": "c"}, "prefix": "P_"},
+                               {"secretRef": {"name": "s"}, "prefix": "S_"}],
                       ports=[{"containerPort": 80}], volumeMounts=[{"name": "v", "mountPath": "/d"}],
                       securityContext={"privileged": False})
     return {"apiVersion": "v1", "kind": "Pod",

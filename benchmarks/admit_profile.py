@@ -9,7 +9,10 @@ two admissions). Use it to see what a change saves before paying for the (noisy)
 and of the server around it, each also as a ratio to parsing the same review in the same run (the
 ratios hold while other work slows the machine; the microseconds do not).
 
-    python benchmarks/admit_profile.py [--repeat 3000] [--profile mutate|validate] [--stages]
+    python benchmarks/admit_profile.py [--repeat 3000] [--profile mutate|validate] [--stages [--instructions]]
+
+`--stages --instructions` counts instructions under valgrind instead (benchmarks/callgrind.py): minutes
+instead of seconds, but figures that other work on the machine does not move, to compare two versions.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
+import callgrind  # noqa: E402
 from admission_load import cluster_objects, review_bodies  # noqa: E402
 
 RECORD_KEY = b"k" * 32  # the server's and the core calls' key: a record sealed by one verifies in the other
@@ -63,11 +67,11 @@ def validating_bodies(handler: Any, reviews: list[dict[str, Any]]) -> list[bytes
     return result
 
 
-def per_request_us(call: Callable[[bytes], Any], bodies: list[bytes], repeat: int) -> float:
+def per_request_us(call: Callable[[bytes], Any], bodies: list[bytes], repeat: int, passes: int = 5) -> float:
     for body in bodies:  # warm-up: placement index, caches
         call(body)
     best = float("inf")
-    for _ in range(5):  # CPU time, best of 5: other work on the machine moves wall-clock figures
+    for _ in range(passes):  # CPU time, best of n: other work on the machine moves wall-clock figures
         started = time.process_time()
         for i in range(repeat):
             call(bodies[i % len(bodies)])
@@ -105,10 +109,10 @@ def quiet_server_logging() -> None:
 Stage = Callable[[int], Any]
 
 
-def stage_table(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list[bytes],
-                validate_bodies: list[bytes], repeat: int) -> None:
-    """CPU microseconds per request of each stage, for /mutate and /validate, and as a ratio to decoding
-    the same review (measured in the same run, so that the ratio survives a busy machine)."""
+def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list[bytes],
+                validate_bodies: list[bytes]) -> list[tuple[str, Stage | None, Stage | None]]:
+    """Each stage of a request as (name, call for /mutate, call for /validate); a call takes the index of
+    one of the reviews, whose inputs to that stage are prepared here."""
     from webhook.core import admit, dra, isolation, node_routes, trust
     from webhook.core.podshape import shape_error
     from webhook.core.record import sealed_text, shape_of
@@ -183,24 +187,38 @@ def stage_table(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
                                                         record_key=RECORD_KEY),
                            lambda i: admit.validate(validate_pods[i], snapshot, policy, namespace=namespaces[i],
                                                     record_key=RECORD_KEY))
-    indices = [i.to_bytes(1, "big") for i in range(len(reviews))]
-    figures: dict[tuple[str, int], float] = {}
-    for name, *calls in stages:
-        for column, call in enumerate(calls):
-            if call is not None:
-                figures[name, column] = per_request_us(lambda b, c=call: c(b[0]), indices, repeat)
+    return stages
+
+
+def stage_table(stages: list[tuple[str, Stage | None, Stage | None]], figures: dict[tuple[str, int], float],
+                unit: str) -> None:
+    """Print each stage's figure for /mutate and /validate and its ratio to decoding the same review
+    (measured in the same run, so that the ratio survives a busy machine)."""
     for column in (0, 1):
         if ("handler.handle, all", column) in figures:
             figures["  server around the core", column] = (
                 figures["handler.handle, all", column] - figures["  core mutate/validate, all", column])
-    print(f"{'CPU us per request (x: ratio to the review decode)':<36} {'/mutate':>16} {'/validate':>16}")
+    print(f"{unit + ' per request (x: ratio to the review decode)':<36} {'/mutate':>16} {'/validate':>16}")
     for name, *_ in stages:
         cells = []
         for column in (0, 1):
-            us = figures.get((name, column))
+            value = figures.get((name, column))
             base = figures["review JSON decode (baseline)", column]
-            cells.append(f"{us:8.1f} {us / base:5.2f}x" if us is not None else f"{'-':>15}")
+            cells.append(f"{value:8.1f} {value / base:5.2f}x" if value is not None else f"{'-':>15}")
         print(f"{name:<36} {cells[0]:>16} {cells[1]:>16}")
+
+
+def cpu_figures(stages: list[tuple[str, Stage | None, Stage | None]], items: int,
+                repeat: int) -> dict[tuple[str, int], float]:
+    """CPU microseconds per call of each stage: the best of many short passes, one that other processes
+    on the machine slowed least."""
+    indices = [i.to_bytes(1, "big") for i in range(items)]
+    figures: dict[tuple[str, int], float] = {}
+    for name, *calls in stages:
+        for column, call in enumerate(calls):
+            if call is not None:
+                figures[name, column] = per_request_us(lambda b, c=call: c(b[0]), indices, max(repeat // 10, 64), 30)
+    return figures
 
 
 def main() -> int:
@@ -209,7 +227,17 @@ def main() -> int:
     parser.add_argument("--profile", choices=("mutate", "validate"), help="print a cProfile listing instead")
     parser.add_argument("--callers", metavar="REGEX", help="with --profile: also show who calls these functions")
     parser.add_argument("--stages", action="store_true", help="print CPU time per stage instead")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --stages: count instructions under valgrind instead of timing (slow, but "
+                        "the same figures on a busy machine)")
     args = parser.parse_args()
+    if args.stages and args.instructions and not callgrind.active():
+        counts = callgrind.instruction_counts([__file__, *sys.argv[1:]])
+        figures = {(key.rsplit("|", 1)[0], int(key.rsplit("|", 1)[1])): n / 1000 for key, n in counts.items()}
+        names = list(dict.fromkeys(k[0] for k in figures))
+        names.insert(names.index("  core mutate/validate, all") + 1, "  server around the core")
+        stage_table([(name, None, None) for name in names], figures, "thousand instructions")
+        return 0
     quiet_server_logging()
     app = build_app()
     from webhook.server.app import handler_of
@@ -227,7 +255,15 @@ def main() -> int:
         return handler.handle("validate", "application/json", body, len(body))
 
     if args.stages:
-        stage_table(handler, reviews, mutate_bodies, validate_bodies, args.repeat)
+        stages = stage_calls(handler, reviews, mutate_bodies, validate_bodies)
+        if callgrind.active():  # the run `--instructions` started under valgrind: count, the parent prints
+            callgrind.start()
+            for name, *calls in stages:
+                for column, call in enumerate(calls):
+                    if call is not None:
+                        callgrind.count(f"{name}|{column}", call, len(reviews))
+            return 0
+        stage_table(stages, cpu_figures(stages, len(reviews), args.repeat), "CPU us")
         return 0
     if args.profile:
         call, bodies = (call_mutate, mutate_bodies) if args.profile == "mutate" else (call_validate, validate_bodies)

@@ -214,3 +214,24 @@ def test_every_pin_is_an_isolation_variable_and_a_prefix_forms_only_its_own() ->
         n: v for n, v in ENV_FROM_PINS.items() if n.startswith("NVIDIA_")}
     assert ("CUDA_DEVICE_SM_LIMIT_0", "40") in pins_for([""], 1, 40, "hami-core")
     assert not any(n.startswith("CUDA_DEVICE_SM_LIMIT_") for n, _ in pins_for([""], 1, 40, "mps"))
+
+
+def test_a_container_with_gpus_from_a_dra_claim_is_held_to_the_same_rule() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from webhook.core import dra
+
+    docs = [d for d in yaml.safe_load_all((Path(__file__).parent / "fixtures" / "dra" / "claims.yaml").read_text())
+            if d]
+    templates = {f"team-a/{d['metadata']['name']}": dra.read_claim(d) for d in docs
+                 if d["kind"] == "ResourceClaimTemplate"}
+    p = pod(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gpu-claim-template"}])
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    p["spec"]["containers"][0]["envFrom"] = [SECRET]
+    refused = admit.mutate(p, dataclasses.replace(OPEN, claim_templates=templates), Policy())
+    assert (refused.allowed, refused.reason) == (False, "isolation-env-from")
+    _, final, validated = chain(p, dataclasses.replace(CLOSED, claim_templates=templates))
+    assert validated.allowed and env_of(final)["ACTIVE_OOM_KILLER"] == "true"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(final)  # its GPUs come through CDI: no void either

@@ -70,9 +70,20 @@ def pins_for(prefixes: Iterable[str], gpus: int, cores: int, backend: str) -> li
 
 
 def gpu_targets(request: PodRequest) -> dict[Target, tuple[int, str]]:
-    """The containers that get GPUs from the device plugin: (key, index) -> (GPU count, name)."""
-    return {("initContainers" if c.init else "containers", c.index): (c.gpu.count, c.name)
-            for c in request.containers if c.gpu is not None and c.gpu.count > 0}
+    """The containers that get GPUs: (key, index) -> (GPU count from the device plugin, name). A container
+    naming a DRA claim of a pod with DRA GPUs counts too (0 devices of the plugin's): its GPUs come through
+    CDI, and the toolkit would add the Secret's device list to them."""
+    targets = {("initContainers" if c.init else "containers", c.index): (c.gpu.count, c.name)
+               for c in request.containers if c.gpu is not None and c.gpu.count > 0}
+    if request.dra_gpus > 0:
+        spec = mapping_of(request.raw.get("spec"))
+        for key in ("containers", "initContainers"):
+            for index, raw in enumerate(list_of(spec.get(key))):
+                container = mapping_of(raw)
+                if mapping_of(container.get("resources")).get("claims") and (key, index) not in targets:
+                    name = container.get("name")
+                    targets[(key, index)] = (0, name if isinstance(name, str) else "")
+    return targets
 
 
 def nodes_ignore_variable(request: PodRequest, snapshot: Snapshot) -> bool:

@@ -157,3 +157,19 @@ def test_leaderworkerset_groups_carry_their_size_and_each_takes_its_own_clique(t
         by_group.setdefault(pod["allocation"]["group"], set()).add(pod["domain"])
     assert by_group == {"ml/lws/serve/0": {f"{CLIQUE}=a"}, "ml/lws/serve/1": {f"{CLIQUE}=b"}}
     assert all(pod["allocation"]["node"] for pod in leaders["pods"] + workers["pods"])  # none waits
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "groups"
+
+
+def test_the_documented_examples_give_the_documented_answers(capsys) -> None:
+    code, report = check(capsys, "--cluster", str(DOCS / "nvl72-cluster.yaml"), str(DOCS / "pytorchjob-16x4.yaml"))
+    (result,) = report["results"]
+    clique = f"{CLIQUE}=4f0c8a2e-6b1d-4c3e-9f7a-2d5b8e1c0a93.2"
+    assert code == 0 and {pod["domain"] for pod in result["pods"]} == {clique} and len(result["pods"]) == 16
+    assert all(pod["allocation"]["node"].startswith("gb200-r2-") for pod in result["pods"])
+    assert result["pods"][0]["group"] == {"name": "ml/pytorchjob/llm-pretrain", "size": 16, "minimum": 16}
+    code, report = check(capsys, "--cluster", str(DOCS / "rack-cluster.yaml"), str(DOCS / "jobset-rack.yaml"))
+    (result,) = report["results"]
+    assert code == 0 and {pod["domain"] for pod in result["pods"]} == {"topology.kubernetes.io/rack=rack-3"}
+    assert result["pods"][0]["group"] == {"name": "ml/jobset/finetune/workers", "size": None, "minimum": 3}

@@ -121,14 +121,16 @@ def _note_open_groups(results: list[Result], snapshot: Any) -> None:
     """A group whose pods state no size (a training operator job, a Ray worker group) is placed by its
     first pod without knowing how many follow: say how to tell the webhook, with the count check saw."""
     for key, record in sorted(snapshot.groups.items()):
-        if record.size is not None or len(record.members) < 2:
+        if record.size is not None:
             continue
-        first = next((r for r in results if any((p.get("allocation") or {}).get("group") == key for p in r.pods)), None)
-        if first is not None:
-            first.notes.append(f"group {key}: its pods state no size, so the webhook's first pod picks a domain "
-                               f"without knowing the rest; annotate its pod templates with "
-                               f"gpu-admission.io/group-size: \"{len(record.members)}\" so its first pod "
-                               f"chooses a domain for all {len(record.members)}")
+        entries = [(r, p) for r in results for p in r.pods if p.get("group", {}).get("name") == key]
+        minimum = max((p["group"]["minimum"] for _, p in entries), default=1)
+        if not entries or len(record.members) <= minimum:
+            continue
+        entries[0][0].notes.append(
+            f"group {key}: its pods state no size, so the webhook's first pod chooses a domain with room for "
+            f"{minimum} pod{'s' if minimum != 1 else ''}, not all {len(record.members)}; annotate its pod templates "
+            f"with gpu-admission.io/group-size: \"{len(record.members)}\" to have the whole group placed together")
 
 
 def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Result:
@@ -150,7 +152,6 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
     counted, so a pod that can never be admitted is reported before it is scaled up."""
     import jsonpatch
 
-    from .cluster.observe import with_pod as observed_with
     from .core import admit
     from .core import workload as controllers
     from .core.record import allocation_to_json
@@ -184,7 +185,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             if item.replicas and decision.allowed:  # as the ledger records it between the replicas
                 decision, snapshot = _join_group(patched, namespace, decision, snapshot, str(meta["name"]))
         result.pods.append(_pod_entry(str(meta["name"]), decision if decision.allocation else mutated, decision,
-                                      snapshot))
+                                      snapshot, pod, namespace))
         if replica == 0:
             result.managed = mutated.managed
             result.patch = [dict(op) for op in mutated.patch]
@@ -201,7 +202,6 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             break
         if item.replicas and decision.allocation is not None and mutated.gpu_pod and mutated.managed:
             snapshot = with_allocation(snapshot, namespace, decision.allocation)
-            snapshot = observed_with(snapshot, patched)  # the learned workload mix counts it too
             if decision.allocation.node:
                 result.nodes.append(decision.allocation.node)
     if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
@@ -255,10 +255,13 @@ def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot:
     return decision, replace(snapshot, groups={**snapshot.groups, outcome.key: outcome})
 
 
-def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any) -> dict[str, Any]:
-    """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, the domain its node
-    is in (the group's own domain, unless the preferred mode placed it outside)."""
+def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mapping[str, Any],
+               namespace: str) -> dict[str, Any]:
+    """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, its group as the
+    webhook reads it from the pod (size stated, or the minimum known) and the domain its node is in (the
+    group's own domain, unless the preferred mode placed it outside)."""
     from .core.group_room import split_domain
+    from .core.groups import group_of
     from .core.record import allocation_to_json
 
     entry: dict[str, Any] = {"name": name, "allowed": decision.allowed, "reason": decision.reason}
@@ -267,6 +270,12 @@ def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any) -> dict[str
     allocation = placed.allocation
     entry["allocation"] = allocation_to_json(allocation) if allocation is not None else None
     if allocation is not None and allocation.group:
+        try:
+            ref = group_of(pod, namespace)
+        except ValueError:
+            ref = None
+        if ref is not None:
+            entry["group"] = {"name": ref.key, "size": ref.size, "minimum": ref.minimum}
         level, _ = split_domain(allocation.domain)
         node = snapshot.nodes.get(allocation.node or "")
         value = node.labels.get(level) if node is not None and level else None

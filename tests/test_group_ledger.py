@@ -300,3 +300,52 @@ def test_an_unreadable_group_configmap_is_treated_as_empty() -> None:
     ledger = GroupLedger(GroupApiStore(api, "gpu-admission"))
     ledger.refresh()
     assert ledger.records() == {}
+
+
+def test_the_real_core_two_replicas_two_jobs_one_clique_left() -> None:
+    """Mutation and validation by the allocation core itself: both jobs' first pods are mutated into the
+    only clique with room before either is validated; the ledger admits one, refuses the other."""
+    import jsonpatch
+
+    from webhook.core import admit
+    from webhook.core.groups import group_of
+    from webhook.core.policy import Policy
+
+    api = FakeConfigMaps(conflict_rate=0.0)
+    # Clique a: 2 nodes x 4 GPUs free; clique b: 1 node, too small for a 2 x 4-GPU job.
+    one, two = replicas(api, lambda: cliques_cache({"a": 2, "b": 1}))
+    policy = Policy()
+
+    def worker(job: str, index: int, namespace: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"{job}-{index}", "namespace": namespace, "uid": f"{job}-{index}",
+                             "labels": {"training.kubeflow.org/job-name": job,
+                                        "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+                             "annotations": {"gpu-admission.io/group-size": "2",
+                                             "gpu-admission.io/group-topology": "required"}},
+                "spec": {"containers": [{"name": "main", "image": "train",
+                                         "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+
+    def mutated(source: LiveSource, pod: dict[str, Any]) -> dict[str, Any]:
+        decision = admit.mutate(pod, source.snapshot(), policy, namespace=pod["metadata"]["namespace"])
+        assert decision.allowed and decision.allocation is not None, decision.message
+        return jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])
+
+    def validated(source: LiveSource, pod: dict[str, Any]) -> Decision:
+        namespace = pod["metadata"]["namespace"]
+        return source.commit(pod["metadata"]["uid"], namespace,
+                             lambda snapshot: admit.validate(pod, snapshot, policy, namespace=namespace), False,
+                             group=group_of(pod, namespace))
+
+    first, second = mutated(one, worker("first", 0, "team-a")), mutated(two, worker("second", 0, "team-b"))
+    for pod in (first, second):  # both chose clique a, as a sealed requirement
+        assert json.loads(pod["metadata"]["annotations"]["gpu-admission.io/allocation"])["domain"] == f"{CLIQUE}=a"
+    assert validated(one, first).allowed
+    refused = validated(two, second)
+    assert (refused.allowed, refused.code, refused.reason) == (False, 403, REFUSAL_REASON)
+    assert set(stored_groups(api)) == {"team-a/pytorchjob/first"}
+    # The winner's second pod follows its record, on the other replica too.
+    follower = mutated(two, worker("first", 1, "team-a"))
+    assert json.loads(follower["metadata"]["annotations"]["gpu-admission.io/allocation"])["domain"] == f"{CLIQUE}=a"
+    assert validated(two, follower).allowed
+    assert stored_groups(api)["team-a/pytorchjob/first"]["record"]["members"] == ["first-0", "first-1"]

@@ -235,3 +235,19 @@ def test_a_container_with_gpus_from_a_dra_claim_is_held_to_the_same_rule() -> No
     _, final, validated = chain(p, dataclasses.replace(CLOSED, claim_templates=templates))
     assert validated.allowed and env_of(final)["ACTIVE_OOM_KILLER"] == "true"
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(final)  # its GPUs come through CDI: no void either
+
+
+def test_only_the_nodes_the_pod_can_land_on_need_to_ignore_the_variable() -> None:
+    from builders import A100
+
+    closed_h100 = dataclasses.replace(node("h1", H100, 8), toolkit_envvar=False)
+    snap = dataclasses.replace(snapshot(closed_h100, node("a1", A100, 8)), config_maps=CONFIG_MAPS)
+    assert admit.mutate(gpu_pod(SECRET), snap, Policy()).reason == "isolation-env-from"  # could go to a1
+    pinned = gpu_pod(SECRET)
+    pinned["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100[0]}
+    _, final, validated = chain(pinned, snap)
+    assert validated.allowed and env_of(final)["ACTIVE_OOM_KILLER"] == "true"
+    # A cordoned node of the selection still counts: the cordon may be lifted while the pod waits.
+    cordoned = dataclasses.replace(node("h2", H100, 8), unschedulable=True)
+    snap2 = dataclasses.replace(snap, nodes={**snap.nodes, "h2": cordoned})
+    assert admit.mutate(pinned, snap2, Policy()).reason == "isolation-env-from"

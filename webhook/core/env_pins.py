@@ -9,8 +9,9 @@ after ("Env will override EnvFrom variables": pkg/kubelet/kubelet_pods.go). So:
   name is pinned to its safe value (limits.ENV_FROM_PINS), and a capped container's per-device compute
   limits to its cap;
 - NVIDIA_VISIBLE_DEVICES cannot be pinned in a GPU container (its list comes from the device plugin, and
-  the Secret's value would replace it): such a container is admitted only where every GPU node reports
-  that its toolkit ignores the variable in unprivileged containers (`Node.toolkit_envvar is False`).
+  the Secret's value would replace it): such a container is admitted only where every GPU node it can
+  land on reports that its toolkit ignores the variable in unprivileged containers
+  (`Node.toolkit_envvar is False`).
 A prefix that no isolation variable starts with (`APP_`) makes the source harmless.
 """
 
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 
 from .limits import DEVICE_SELECTING, ENV_FROM_PINS, ISOLATION_ENV, ISOLATION_PREFIXES
 from .model import Allocation, PodRequest, Snapshot
+from .nodeconstraints import CORDONED, constraints_of, tolerations_of
 from .patch import pointer
 from .vendors import list_of, mapping_of
 
@@ -86,12 +88,20 @@ def gpu_targets(request: PodRequest) -> dict[Target, tuple[int, str]]:
     return targets
 
 
-def nodes_ignore_variable(request: PodRequest, snapshot: Snapshot) -> bool:
-    """Every GPU node of the pod's vendor reports that its toolkit ignores NVIDIA_VISIBLE_DEVICES from
-    unprivileged containers (and there is at least one). Other vendors' nodes run no NVIDIA toolkit."""
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}  # the mutation adds it
+
+
+def nodes_ignore_variable(request: PodRequest, snapshot: Snapshot, tolerations: Sequence[Mapping[str, Any]] = ()
+                          ) -> bool:
+    """Every NVIDIA GPU node the pod can land on reports that its toolkit ignores NVIDIA_VISIBLE_DEVICES
+    from unprivileged containers (and there is at least one). "Can land on": its own nodeSelector,
+    required node affinity and tolerations (with those the mutation adds) allow it; a cordon does not
+    count, it is lifted at will. Other vendors' pods: their nodes run no NVIDIA toolkit."""
     if request.vendor not in ("", "nvidia"):
         return True
-    nodes = [n for n in snapshot.nodes.values() if n.gpus and n.vendor == "nvidia"]
+    constraints = constraints_of(request.raw, tolerations_of((GPU_TOLERATION, *tolerations)))
+    nodes = [n for n in snapshot.nodes.values()
+             if n.gpus and n.vendor == "nvidia" and constraints.refusal(n) in ("", CORDONED)]
     return bool(nodes) and all(n.toolkit_envvar is False for n in nodes)
 
 

@@ -266,7 +266,7 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
         for u in unresolved:
             variable = env_pins.device_variable(u.prefix)
             if ((u.key, u.at) in targets and variable is not None
-                    and not env_pins.nodes_ignore_variable(request, snapshot)):
+                    and not env_pins.nodes_ignore_variable(request, snapshot, policy.tolerations)):
                 violations.append(Violation(
                     "isolation-env-from", 403,
                     f"{u.describe()} through envFrom, which the webhook cannot read, and it could set {variable}, "

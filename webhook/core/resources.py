@@ -434,6 +434,7 @@ def _mig_of(containers: list[ContainerRequest], notes: _Notes) -> str:
 
 # Requests are made by evolve() from this one: a frozen dataclass's __init__ costs a call per field.
 _BLANK_REQUEST = PodRequest(namespace="", name="")
+_FIELD_COUNT = len(_BLANK_REQUEST.__dict__)
 
 
 def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodRequest:
@@ -527,25 +528,29 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     name = metadata.get("name") or metadata.get("generateName") or ""
     scheduler = spec.get("schedulerName")
     node_name = spec.get("nodeName")
-    return _BLANK_REQUEST.evolve(
-        namespace=namespace or str(metadata.get("namespace") or "default"),
-        name=str(name),
-        containers=tuple(containers),
-        uid=str(metadata.get("uid") or ""),
-        vendor=next(iter(vendors)) if len(vendors) == 1 else "",
-        models_include=include,
-        models_exclude=exclude,
-        uuids_include=uuids_in,
-        uuids_exclude=uuids_out,
-        placement=placement,
-        gpu_placement=hami.placement,
-        topology=TopologyPreference(topology_name) if topology_name else hami.topology,
-        scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler",
-        node_name=node_name if isinstance(node_name, str) else "",
-        is_gpu_pod=gpu_pod,
-        mig=mig,
-        violations=tuple(notes.violations),
-        warnings=tuple(notes.warnings),
-        raw=pod,
-        **level,
-    )
+    # Made as PodRequest.evolve makes a request, with the fields stored straight into the copy of the
+    # blank one's: passing two dozen of them as keywords costs a fifth of parsing the pod.
+    fields = _BLANK_REQUEST.__dict__.copy()
+    fields["namespace"] = namespace or str(metadata.get("namespace") or "default")
+    fields["name"] = str(name)
+    fields["containers"] = tuple(containers)
+    fields["uid"] = str(metadata.get("uid") or "")
+    fields["vendor"] = next(iter(vendors)) if len(vendors) == 1 else ""
+    fields["models_include"], fields["models_exclude"] = include, exclude
+    fields["uuids_include"], fields["uuids_exclude"] = uuids_in, uuids_out
+    fields["placement"] = placement
+    fields["gpu_placement"] = hami.placement
+    fields["topology"] = TopologyPreference(topology_name) if topology_name else hami.topology
+    fields["scheduler_name"] = scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler"
+    fields["node_name"] = node_name if isinstance(node_name, str) else ""
+    fields["is_gpu_pod"] = gpu_pod
+    fields["mig"] = mig
+    fields["violations"] = tuple(notes.violations)
+    fields["warnings"] = tuple(notes.warnings)
+    fields["raw"] = pod
+    fields.update(level)
+    if len(fields) != _FIELD_COUNT:  # a name PodRequest lacks was stored: a mistake here, not in the pod
+        raise TypeError(f"PodRequest has no field {', '.join(sorted(fields.keys() - _BLANK_REQUEST.__dict__.keys()))}")
+    parsed: PodRequest = object.__new__(PodRequest)
+    object.__setattr__(parsed, "__dict__", fields)
+    return parsed

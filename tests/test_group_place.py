@@ -323,3 +323,21 @@ def test_domain_choice_matches_a_brute_force(layout: list[tuple[str | None, str 
     present = tuple(lv for lv in levels if any(lv in n.labels for n in nodes))
     assert table.levels == present
     assert choose(found, pods, open_ended) == brute_force(nodes, usage, present, gpus, pods, records, open_ended)
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 4)), min_size=1, max_size=25),
+       gpus=st.sampled_from([1, 2, 4]))
+def test_counts_adjusted_as_nodes_change_class_match_a_fresh_count(changes: list[tuple[int, int]],
+                                                                  gpus: int) -> None:
+    """Admissions move one node at a time between classes; the table adjusts a class's counts from what
+    it counted before. After every step they must equal counting from scratch."""
+    index = index_of(CLUSTER)
+    eligible = tuple(sorted(CLUSTER.nodes))
+    table = table_of(index.statics, eligible, (CLIQUE, RACK))
+    for number, taken in changes:
+        name = NODES[number].name
+        used = NodeUsage(tuple(GpuUsage(81559, 100, 1, True) if g < taken else GpuUsage() for g in range(4)))
+        index = index.updated({name: used})
+        fresh = dataclasses.replace(table, counted={}, by_state={}, capacity={})  # counts from scratch
+        assert rooms(table, index, gpus, {}) == rooms(fresh, index, gpus, {})

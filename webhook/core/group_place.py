@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of
 from .model import Placement, PodRequest, Snapshot
-from .nodeindex import LEVELS, NodeIndex, Statics
+from .nodeindex import LEVELS, NodeClass, NodeIndex, State, Statics
 from .placement import PlacementContext, index_of, place
 from .policy import GROUP_MODES, Policy
 from .vendors import mapping_of
@@ -114,22 +114,42 @@ class Table:
     # A node class's names -> its packed counts per level. Classes are shared between index versions
     # (copy-on-write), so most are counted once, not once per admission.
     counted: dict[int, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict)
+    by_state: dict[int, tuple[State, tuple[str, ...], list[int]]] = field(default_factory=dict)
 
-    def packed(self, names: tuple[str, ...]) -> list[int]:
+    def packed(self, node_class: NodeClass) -> list[int]:
+        names = node_class.names
         hit = self.counted.get(id(names))
         if hit is not None and hit[0] is names:
             return hit[1]
-        per_level = [[0] * len(d) for d in self.domains]
-        for name in names:
-            numbers = self.where.get(name)
-            if numbers is not None:
-                for i, j in enumerate(numbers):
-                    if j >= 0:
-                        per_level[i][j] += 1
-        found = [_pack(counts) for counts in per_level]
+        # A class that gained or lost a few nodes since last seen (the node an admission took moves from
+        # one class to another): its old counts, adjusted, instead of counting thousands of names again.
+        state = node_class.state
+        before = self.by_state.get(id(state))
+        found = None
+        few = max(_FEW, len(names) // 4)
+        if before is not None and before[0] is state and abs(len(before[1]) - len(names)) <= few:
+            added, removed = set(names).difference(before[1]), set(before[1]).difference(names)
+            if len(added) + len(removed) <= few:
+                found = list(before[2])
+                for changed, sign in ((added, 1), (removed, -1)):
+                    for name in changed:
+                        for i, j in enumerate(self.where.get(name, ())):
+                            if j >= 0:
+                                found[i] += sign << (_FIELD * j)
+        if found is None:
+            per_level = [[0] * len(d) for d in self.domains]
+            for name in names:
+                numbers = self.where.get(name)
+                if numbers is not None:
+                    for i, j in enumerate(numbers):
+                        if j >= 0:
+                            per_level[i][j] += 1
+            found = [_pack(counts) for counts in per_level]
         if len(self.counted) >= 8192:
             self.counted.clear()
+            self.by_state.clear()
         self.counted[id(names)] = (names, found)
+        self.by_state[id(state)] = (state, names, found)
         return found
 
     def capacity_for(self, gpus: int) -> list[list[int]]:
@@ -143,6 +163,10 @@ class Table:
                         found[i][j] += pods
             self.capacity[gpus] = found
         return found
+
+
+_FIELD = 8 * array("Q").itemsize  # bits per packed count
+_FEW = 16  # names a class may gain or lose (or a quarter of it) and be adjusted rather than counted again
 
 
 def _pack(counts: list[int]) -> int:  # fields of array("Q").itemsize bytes (8 on every CPython)
@@ -200,7 +224,7 @@ def rooms(table: Table, index: NodeIndex, gpus: int, records: Mapping[str, Any])
         for node_class in index.classes(shape, LEVELS + gpus):
             idle = node_class.state.idle.bit_count()
             pods = idle // gpus
-            for i, packed in enumerate(table.packed(node_class.names)):
+            for i, packed in enumerate(table.packed(node_class)):
                 free[i] += pods * packed
                 idle_gpus[i] += idle * packed
     out = [Level(level, table.domains[i], capacity[i], _unpack(free[i], len(table.domains[i])).tolist(),

@@ -175,8 +175,8 @@ def test_a_group_no_clique_holds_goes_to_a_rack_that_does() -> None:
 def test_preferred_mode_splits_a_group_no_domain_holds_with_a_warning() -> None:
     decision, out = patched(lws_pod(size=8), policy=dataclasses.replace(PREFERRED, group_levels=(CLIQUE,)))
     assert decision.allocation.group == "team-a/lws/vllm/0" and decision.allocation.domain == ""
-    assert ("group team-a/lws/vllm/0 needs 32 GPUs (8 pods x 4) in one nvidia.com/gpu.clique; the largest has 20: "
-            "placed split") in decision.warnings
+    assert decision.warnings == ("group team-a/lws/vllm/0 placed split: it needs 32 GPUs (8 pods x 4) in one "
+                                 "nvidia.com/gpu.clique; the largest has 20",)
     assert "groupRequired" not in json.loads(out["metadata"]["annotations"][ANNOTATION])
 
 
@@ -191,7 +191,9 @@ def test_a_group_that_fits_only_when_capacity_frees_waits_or_is_refused() -> Non
     assert (refused.allowed, refused.code, refused.reason) == (False, 403, "cluster-full")
     assert "nvidia.com/gpu.clique=c3 could when capacity frees up" in refused.message
     split = admit.mutate(lws_pod(size=4), snap, PREFERRED)
-    assert split.allowed and split.allocation.domain == "" and any("placed split" in w for w in split.warnings)
+    assert split.allowed and split.allocation.domain == ""
+    assert split.warnings[0] == ("group team-a/lws/vllm/0 placed split: no nvidia.com/gpu.clique has room for 16 GPUs "
+                                 "(4 pods x 4) now")
 
 
 def test_other_groups_promises_keep_a_domain_from_a_new_group() -> None:
@@ -341,3 +343,18 @@ def test_counts_adjusted_as_nodes_change_class_match_a_fresh_count(changes: list
         index = index.updated({name: used})
         fresh = dataclasses.replace(table, counted={}, by_state={}, capacity={})  # counts from scratch
         assert rooms(table, index, gpus, {}) == rooms(fresh, index, gpus, {})
+
+
+def test_a_later_pod_whose_domain_is_full_waits_there_or_with_preferred_goes_elsewhere() -> None:
+    record = GroupRecord("team-a", "lws/vllm/0", CLIQUE, "c2", 3, 4, ("uid-0",))
+    full = snapshot(*NODES, usage=busy(NODES, {"c2-0", "c2-1"}))
+    snap = dataclasses.replace(full, groups={record.key: record})
+    preferred = admit.mutate(lws_pod(size=3, worker=1), snap, PREFERRED)
+    assert preferred.allowed and preferred.allocation.node is not None
+    assert not preferred.allocation.node.startswith("c2-") and preferred.allocation.domain == "nvidia.com/gpu.clique=c2"
+    assert "group team-a/lws/vllm/0 placed outside nvidia.com/gpu.clique=c2: no room there for this pod now" in (
+        preferred.warnings)
+    required = admit.mutate(lws_pod(size=3, worker=1), snap, REQUIRED)
+    assert required.allowed and required.allocation.node is None
+    assert required.allocation.domain == "nvidia.com/gpu.clique=c2"
+    assert any(w.startswith("no GPU free now; pod waits for one of 2 eligible node(s)") for w in required.warnings)

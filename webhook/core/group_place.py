@@ -300,13 +300,15 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
         message = f"group {ref.key} needs {need} in one {table.levels[-1]}; the largest has {largest}"
         if mode == REQUIRED:
             return Refusal(422, "group-too-large", message)
-        return GroupPlan(ref, mode, warnings=(message + ": placed split",), placement_hint=whole)
+        # warnings are cut at 120 characters: what happened comes first
+        split = f"group {ref.key} placed split: it needs {need} in one {table.levels[-1]}; the largest has {largest}"
+        return GroupPlan(ref, mode, warnings=(split,), placement_hint=whole)
     if choice.now:
         return GroupPlan(ref, mode, choice.level, choice.value, placement_hint=whole)
     where = f"{choice.level}={choice.value}"
     if mode == PREFERRED:
-        return GroupPlan(ref, mode, warnings=(f"group {ref.key}: no {choice.level} has room for {need} now: "
-                                              "placed split",), placement_hint=whole)
+        return GroupPlan(ref, mode, warnings=(f"group {ref.key} placed split: no {choice.level} has room for "
+                                              f"{need} now",), placement_hint=whole)
     if when_full == "deny":
         return Refusal(403, "cluster-full", f"group {ref.key} needs {need} in one {choice.level}; none has room "
                                             f"now ({where} could when capacity frees up); retry later")
@@ -349,5 +351,5 @@ def placement_for(request: PodRequest, group: GroupPlan, snapshot: Snapshot,
     if inside.options:
         return Placement(whole.eligible, inside.options, whole.rejected), ()
     if whole.options:
-        return whole, (f"group {group.ref.key}: {group.domain} has no room for this pod now: placed outside it",)
+        return whole, (f"group {group.ref.key} placed outside {group.domain}: no room there for this pod now",)
     return whole, ()

@@ -175,8 +175,8 @@ def test_a_group_no_clique_holds_goes_to_a_rack_that_does() -> None:
 def test_preferred_mode_splits_a_group_no_domain_holds_with_a_warning() -> None:
     decision, out = patched(lws_pod(size=8), policy=dataclasses.replace(PREFERRED, group_levels=(CLIQUE,)))
     assert decision.allocation.group == "team-a/lws/vllm/0" and decision.allocation.domain == ""
-    assert decision.warnings == ("group team-a/lws/vllm/0 placed split: it needs 32 GPUs (8 pods x 4) in one "
-                                 "nvidia.com/gpu.clique; the largest has 20",)
+    assert decision.warnings == ("group team-a/lws/vllm/0 needs 32 GPUs (8 pods x 4) in one nvidia.com/gpu.clique; "
+                                 "the largest has 20: placed split",)
     assert "groupRequired" not in json.loads(out["metadata"]["annotations"][ANNOTATION])
 
 

@@ -300,9 +300,7 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
         message = f"group {ref.key} needs {need} in one {table.levels[-1]}; the largest has {largest}"
         if mode == REQUIRED:
             return Refusal(422, "group-too-large", message)
-        # warnings are cut at 120 characters: what happened comes first
-        split = f"group {ref.key} placed split: it needs {need} in one {table.levels[-1]}; the largest has {largest}"
-        return GroupPlan(ref, mode, warnings=(split,), placement_hint=whole)
+        return GroupPlan(ref, mode, warnings=(message + ": placed split",), placement_hint=whole)
     if choice.now:
         return GroupPlan(ref, mode, choice.level, choice.value, placement_hint=whole)
     where = f"{choice.level}={choice.value}"

@@ -23,6 +23,7 @@ same states recur constantly, so a decision costs a few dictionary lookups per c
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -48,12 +49,56 @@ _Kind = tuple[int, int, float, int, int, tuple[str, ...]]
 
 
 class _Mix:
-    """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind."""
+    """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind.
 
-    __slots__ = ("kinds",)
+    `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
+    when the kind registry was dropped (`generation`)."""
+
+    __slots__ = ("kinds", "entries", "generation")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
+        self.entries: tuple[tuple[int, float, _Kind], ...] = ()
+        self.generation = -1
+
+    def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
+        if self.generation != _REGISTRY.generation:
+            self.entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
+            self.generation = _REGISTRY.generation
+        return self.entries
+
+
+class _Registry:
+    """Kinds of task -> their index in each state's vector of per-kind values.
+
+    A state's value for one kind does not depend on the mix's weights, so a new mix (a learned mix moves
+    with the pods) costs a dot product per state, not a new evaluation. Append-only; when full, the
+    vectors and the registry are dropped together and compiled mixes re-index (`generation`)."""
+
+    __slots__ = ("indices", "generation")
+
+    def __init__(self) -> None:
+        self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
+        self.generation = 0
+
+    def index(self, kind: _Kind) -> int:
+        key = (kind[0], kind[1], kind[3], kind[4], kind[5])
+        found = self.indices.get(key)
+        if found is None:
+            if len(self.indices) >= _KINDS_LIMIT:
+                self.indices.clear()
+                _VECTORS.clear()
+                self.generation += 1
+            found = self.indices[key] = len(self.indices)
+        return found
+
+
+_KINDS_LIMIT = 1 << 12
+_REGISTRY = _Registry()
+# Per (GPU model, state): each kind's fragmentation (thousandths), NaN where not computed yet.
+_VECTORS: dict[tuple[str, _State], array[float]] = {}
+_VECTORS_LIMIT = 1 << 17
+_NAN = float("nan")
 
 
 # Compiled mixes by the identity of the tuple passed in (the tuple is held, so its id stays unique).
@@ -63,6 +108,8 @@ _BY_IDENTITY: dict[int, tuple[tuple[WorkloadShape, ...], _Mix]] = {}
 _VALUES: dict[tuple[int, NodeUsage, int, bool], tuple[float, int]] = {}
 _HELD: dict[int, object] = {}
 _VALUES_LIMIT = 1 << 18
+# A node's state per (node identity, usage), whatever the mix: held in `_HELD` and dropped with `_VALUES`.
+_STATES: dict[tuple[int, NodeUsage], _State] = {}
 
 Observed = PodRequest | tuple[int, int]
 
@@ -236,12 +283,16 @@ def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float,
     if found is not None and _HELD.get(key[0]) is node:
         return found
     measure = _paper_fragmentation if paper else _fragmentation
-    state = _state(node, usage)
+    state = _STATES.get(key[:2]) if _HELD.get(key[0]) is node else None
+    if state is None:
+        state = _state(node, usage)
     value = (measure(node.gpu_model.lower(), state, mix), sum(state[0]))
     if len(_VALUES) >= _VALUES_LIMIT:
         _VALUES.clear()
         _HELD.clear()
+        _STATES.clear()
     _HELD[id(node)] = node
+    _STATES[key[:2]] = state
     _HELD[id(mix)] = mix
     _VALUES[key] = value
     return value
@@ -278,48 +329,67 @@ def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
     )
 
 
-@lru_cache(maxsize=1 << 18)
 def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     """Free thousandths a task from the mix cannot use: per kind of task that shares cards, the mean of two
     horizons; per whole-card kind, the next-task one.
 
     Next task (the paper's view): what one more such task could not use now. Filled node: what is left
-    once as many such tasks as the cards, CPU and memory allow have been placed.
+    once as many such tasks as the cards, CPU and memory allow have been placed. Each kind's value is
+    kept per state (`_VECTORS`), so that a mix with other weights costs only the weighted sum.
     """
-    free, cpu, memory = state
-    total = sum(free)
-    if total == 0:
+    free = state[0]
+    if not free:
         return 0.0
+    entries = mix.indexed()
+    key = (model, state)
+    vector = _VECTORS.get(key)
+    size = len(_REGISTRY.indices)
+    if vector is None or len(vector) < size:
+        if vector is None and len(_VECTORS) >= _VECTORS_LIMIT:
+            _VECTORS.clear()
+        grown = array("d", [_NAN]) * size
+        if vector is not None:
+            grown[: len(vector)] = vector
+        vector = _VECTORS[key] = grown
     expected = 0.0
-    # Per (gpus, milli): tasks the cards alone could take, and whether one more fits on the cards now.
     cards: dict[tuple[int, int], tuple[int, int]] = {}
-    for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
-        if models and not any(m in model for m in models):
-            expected += weight * total
-            continue
-        found = cards.get((gpus, milli))
-        if found is None:
-            fitting = sum(1 for f in free if f >= milli)
-            # Single-GPU tasks can share a card; multi-GPU tasks take one slot on each of `gpus` cards.
-            slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
-            stranded = total if fitting < gpus else sum(f for f in free if f < milli)
-            found = cards[(gpus, milli)] = (slots, stranded)
-        slots, stranded = found
-        next_task = total if cpu < cpu_need or memory < memory_need else stranded
-        if milli == MILLI:
-            # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
-            # never a piece of one; cards stranded only by this kind's CPU or memory (or by its GPU count)
-            # stay usable by the lighter kinds of the mix, which the expectation counts in their own right.
-            expected += weight * next_task
-            continue
-        tasks = slots
-        if cpu_need and tasks:
-            tasks = min(tasks, cpu // cpu_need)
-        if memory_need and tasks:
-            tasks = min(tasks, memory // memory_need)
-        filled = total - tasks * gpus * milli
-        expected += weight * (filled + next_task) / 2
+    for index, weight, kind in entries:
+        value = vector[index]
+        if value != value:  # NaN: not computed for this state yet
+            value = vector[index] = _kind_value(model, state, kind, cards)
+        expected += weight * value
     return expected / MILLI
+
+
+def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]]) -> float:
+    """One kind's fragmentation of the state (thousandths); `cards` shares the card arithmetic per
+    (GPUs, share) between kinds."""
+    free, cpu, memory = state
+    gpus, milli, _, cpu_need, memory_need, models = kind
+    total = sum(free)
+    if models and not any(m in model for m in models):
+        return float(total)
+    found = cards.get((gpus, milli))
+    if found is None:
+        fitting = sum(1 for f in free if f >= milli)
+        # Single-GPU tasks can share a card; multi-GPU tasks take one slot on each of `gpus` cards.
+        slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+        stranded = total if fitting < gpus else sum(f for f in free if f < milli)
+        found = cards[(gpus, milli)] = (slots, stranded)
+    slots, stranded = found
+    next_task = total if cpu < cpu_need or memory < memory_need else stranded
+    if milli == MILLI:
+        # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
+        # never a piece of one; cards stranded only by this kind's CPU or memory (or by its GPU count)
+        # stay usable by the lighter kinds of the mix, which the expectation counts in their own right.
+        return float(next_task)
+    tasks = slots
+    if cpu_need and tasks:
+        tasks = min(tasks, cpu // cpu_need)
+    if memory_need and tasks:
+        tasks = min(tasks, memory // memory_need)
+    filled = total - tasks * gpus * milli
+    return (filled + next_task) / 2
 
 
 @lru_cache(maxsize=1 << 16)

@@ -7,10 +7,10 @@ watch): a histogram of request shapes (GPUs, thousandths of a card each, CPU, ho
 The mix is a pure function of that histogram and the nodes, so replicas that watch the same cluster
 derive the same mix, and a restart loses nothing the cluster still shows.
 
-Cost: the histogram is kept by its owner as pods come and go (`Histogram.add`, O(1)); each shape's count
-is quantised (`LEVELS` steps per doubling, shapes below `MIN_COUNT` left out), and the published view
-(`Observed`) only changes its signature when a quantised count does. The mix is computed once per
-(signature, kinds of node) and memoised, never per admission.
+Cost: the histogram is kept by its owner as pods come and go (`Histogram.add`, O(1)) and published with
+the snapshot (`Observed`, copied only when it changed). The mix is derived once per published histogram
+(`learned_mix`, memoised by identity; O(shapes)), from its quantised form (`signature`), and is the very
+same tuple while that does not change; never per admission.
 """
 
 from __future__ import annotations
@@ -34,14 +34,13 @@ Shape = tuple[int, int, int, int, tuple[str, ...]]
 Hosts = tuple[tuple[tuple[str, int, int, int], int], ...]
 Signature = tuple[tuple[Shape, int], ...]
 
-# Quantisation of a shape's count: LEVELS steps per doubling (2: a step is 41 %). Shapes seen fewer than
-# MIN_COUNT times are noise and left out; they enter the mix once they recur.
-LEVELS = 1
-MIN_COUNT = 16
-# Shapes kept in the mix: the heaviest ones covering this share of the weight, at most this many. Every
-# rare shape kept would spend the weights on kinds that matter on a handful of nodes only.
-COVERAGE = 0.99
-MAX_SHAPES = 48
+# Quantisation: a shape's weight (its count over the capacity that could host it, as a share of all
+# shapes') in steps of 1/GRID; shapes under DROP of the weight are left out. Coarse on purpose: a
+# placement decision hardly moves with a weight a few per cent off, and each new mix costs a new
+# evaluation of every node state, so the mix changes only when the workload has.
+GRID = 16
+DROP = 1 / 32
+MAX_SHAPES = 48  # a bound on the kinds per mix (each costs time per node state)
 
 
 def shape_of(gpus: int, milli: int | None, cpu_milli: int = 0, memory_mib: int = 0,
@@ -72,61 +71,49 @@ def request_shape(request: PodRequest) -> Shape | None:
     return shape_of(request.gpus, milli, request.cpu_milli, request.memory_mib_host, request.models_include)
 
 
-def _level(count: int) -> int | None:
-    return math.floor(LEVELS * math.log2(count)) if count >= MIN_COUNT else None
-
-
 class Observed:
-    """A published histogram: exact counts, and the quantised signature the mix is derived from.
+    """A published histogram of request shapes. Immutable by convention (shared by every snapshot until
+    the histogram changes)."""
 
-    Immutable by convention (shared by every snapshot until the histogram changes)."""
+    __slots__ = ("counts",)
 
-    __slots__ = ("counts", "signature")
-
-    def __init__(self, counts: Mapping[Shape, int], signature: Signature | None = None) -> None:
+    def __init__(self, counts: Mapping[Shape, int]) -> None:
         self.counts = counts
-        if signature is None:
-            signature = tuple(sorted((s, lv) for s, c in counts.items() if (lv := _level(c)) is not None))
-        self.signature = signature
 
     def plus(self, shapes: Iterable[Shape | None]) -> Observed:
         """This histogram with more pods counted (reservations, pods `check` has admitted)."""
-        counts = dict(self.counts)
-        changed = False
+        counts: dict[Shape, int] | None = None
         for shape in shapes:
             if shape is not None:
+                counts = dict(self.counts) if counts is None else counts
                 counts[shape] = counts.get(shape, 0) + 1
-                changed = True
-        return Observed(counts) if changed else self
+        return self if counts is None else Observed(counts)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Observed) and self.counts == other.counts
 
     def __hash__(self) -> int:
-        return hash(self.signature)
+        return hash(frozenset(self.counts.items()))
 
     def __repr__(self) -> str:
         return f"Observed({sum(self.counts.values())} pods, {len(self.counts)} shapes)"
 
 
-EMPTY = Observed({}, ())
+EMPTY = Observed({})
 
 
 class Histogram:
-    """The running histogram its owner keeps as pods come and go (the watch cache, the simulator, `check`).
+    """The running histogram its owner keeps as pods come and go (the watch cache, the simulator).
+    `view()` hands out an `Observed`, copied only after a count changed."""
 
-    `view()` hands out an `Observed`, rebuilt only after a count changed (O(shapes) then)."""
-
-    __slots__ = ("counts", "levels", "_view", "signature_changes")
+    __slots__ = ("counts", "_view")
 
     def __init__(self) -> None:
         self.counts: dict[Shape, int] = {}
-        self.levels: dict[Shape, int] = {}
         self._view: Observed | None = EMPTY
-        self.signature_changes = 0
 
     def add(self, shape: Shape | None, sign: int = 1) -> bool:
-        """Count one pod in (sign 1) or out (-1); True when the quantised signature changed."""
+        """Count one pod in (sign 1) or out (-1); False when there is nothing to count."""
         if shape is None:
             return False
         count = self.counts.get(shape, 0) + sign
@@ -135,19 +122,11 @@ class Histogram:
         else:
             self.counts.pop(shape, None)
         self._view = None
-        level = _level(count) if count > 0 else None
-        if self.levels.get(shape) == level:
-            return False
-        if level is None:
-            del self.levels[shape]
-        else:
-            self.levels[shape] = level
-        self.signature_changes += 1
         return True
 
     def view(self) -> Observed:
         if self._view is None:
-            self._view = Observed(dict(self.counts), tuple(sorted(self.levels.items())))
+            self._view = Observed(dict(self.counts))
         return self._view
 
 
@@ -162,7 +141,12 @@ def hosts_of(nodes: Iterable[Node]) -> Hosts:
     return tuple(sorted(found.items()))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16)
+def _supplies(hosts: Hosts) -> dict[Shape, float]:
+    """Supply per shape for these nodes, filled as shapes come (one hash of `hosts` per histogram)."""
+    return {}
+
+
 def supply(hosts: Hosts, shape: Shape) -> float:
     """GPU capacity (GPUs) that tasks of this shape could take on an empty cluster.
 
@@ -185,55 +169,70 @@ def supply(hosts: Hosts, shape: Shape) -> float:
     return total
 
 
+def signature(counts: Mapping[Shape, int], hosts: Hosts) -> Signature:
+    """The quantised histogram: each shape's weight - its count over the GPU capacity such tasks could
+    take on an empty cluster (a kind only a few nodes can host counts for more on those nodes) - as a
+    share of all shapes' weight, in steps of 1/GRID; shapes under DROP, and those no node can host, out."""
+    weights: list[tuple[Shape, float]] = []
+    total = 0.0
+    known = _supplies(hosts)
+    for shape, count in counts.items():
+        capacity = known.get(shape)
+        if capacity is None:
+            capacity = known[shape] = supply(hosts, shape) if hosts else 1.0
+        if capacity > 0 and count > 0:
+            weight = count / capacity
+            weights.append((shape, weight))
+            total += weight
+    if not total:
+        return ()
+    return tuple(sorted((shape, math.floor(weight / total * GRID)) for shape, weight in weights
+                        if weight >= DROP * total))
+
+
 @lru_cache(maxsize=256)
-def mix_of_signature(signature: Signature, hosts: Hosts) -> tuple[WorkloadShape, ...]:
-    """The mix for a quantised histogram: each shape weighs its (quantised) count divided by the GPU
-    capacity such tasks could take on an empty cluster, so a kind only a few nodes can host counts for
-    more on those nodes; shapes no node can host are dropped, and so are the lightest beyond COVERAGE
-    of the weight (and MAX_SHAPES). Empty: nothing learned yet (the policy uses the default mix)."""
+def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
+    """The mix of a quantised histogram (each step's middle as the weight); empty: nothing learned yet
+    (the policy then uses the default mix)."""
     from .placement import WorkloadShape
 
-    weights: list[tuple[float, Shape]] = []
-    for shape, level in signature:
-        capacity = supply(hosts, shape) if hosts else 1.0
-        if capacity > 0:
-            weights.append((2.0 ** (level / LEVELS) / capacity, shape))
-    if not weights:
-        return ()
-    weights.sort(key=lambda ws: (-ws[0], ws[1]))
-    total = sum(w for w, _ in weights)
-    covered = 0.0
-    kept = 0
-    for weight, _ in weights:
-        if kept and (covered >= COVERAGE * total or kept >= MAX_SHAPES):
-            break
-        covered += weight
-        kept += 1
-    # Normalised over the kept shapes: a change among the shapes left out changes nothing.
-    return tuple(WorkloadShape(gpus, milli, weight / covered, cpu, memory, models)
-                 for weight, (gpus, milli, cpu, memory, models) in weights[:kept])
+    ranked = sorted(quantised, key=lambda sq: (-sq[1], sq[0]))[:MAX_SHAPES]
+    total = sum(step + 0.5 for _, step in ranked)
+    return tuple(WorkloadShape(gpus, milli, (step + 0.5) / total, cpu, memory, models)
+                 for (gpus, milli, cpu, memory, models), step in ranked)
+
+
+def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ...]:
+    """The learned mix of a histogram over these nodes: the one function the webhook, `check` and the
+    simulator call. The same quantised histogram gives the very same tuple (memoised)."""
+    return mix_of_signature(signature(counts, hosts))
 
 
 # Per identity of the published objects (held, so that ids stay unique): hosts per node mapping, and the
-# mix per (observed, nodes). Both bounded; dropped together when full.
+# mix per (observed, nodes). Both bounded.
 _HOSTS: dict[int, tuple[object, Hosts]] = {}
 _MIXES: dict[tuple[int, int], tuple[object, object, tuple[WorkloadShape, ...]]] = {}
 
 
-def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[WorkloadShape, ...]:
-    """The mix a snapshot's pods teach: two dictionary look-ups when neither has changed."""
-    if observed is None or not observed.signature:
-        return ()
-    key = (id(observed), id(nodes))
-    hit = _MIXES.get(key)
-    if hit is not None and hit[0] is observed and hit[1] is nodes:
-        return hit[2]
+def hosts_for(nodes: Mapping[str, Node]) -> Hosts:
+    """`hosts_of` memoised per node mapping (a snapshot's is shared until a node changes)."""
     held = _HOSTS.get(id(nodes))
     if held is None or held[0] is not nodes:
         if len(_HOSTS) >= 16:
             _HOSTS.clear()
         held = _HOSTS[id(nodes)] = (nodes, hosts_of(nodes.values()))
-    mix = mix_of_signature(observed.signature, held[1])
+    return held[1]
+
+
+def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[WorkloadShape, ...]:
+    """The mix a snapshot's pods teach: one dictionary look-up while neither has changed."""
+    if observed is None or not observed.counts:
+        return ()
+    key = (id(observed), id(nodes))
+    hit = _MIXES.get(key)
+    if hit is not None and hit[0] is observed and hit[1] is nodes:
+        return hit[2]
+    mix = mix_of(observed.counts, hosts_for(nodes))
     if len(_MIXES) >= 64:
         _MIXES.clear()
     _MIXES[key] = (observed, nodes, mix)

@@ -97,6 +97,14 @@ class NodeUsage:
     memory_mib: int = 0
     gpu_tasks: int = 0  # running GPU pods on the node (the fewest-tasks policy reads this)
 
+    def __hash__(self) -> int:
+        """Cached: usages key the placement and fragmentation memos, hashed many times each."""
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.gpus, self.cpu_milli, self.memory_mib, self.gpu_tasks))
+            object.__setattr__(self, "_hash", found)
+        return found
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaLimits:

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..core.mixlearn import Histogram, learned_mix, request_shape
+from ..core.mixlearn import Histogram, hosts_of, mix_of, request_shape
 from ..core.model import GpuUsage, Node, NodeUsage, PodRequest
 from ..core.placement import NodeIndex, PlacementContext, WorkloadShape, commit, place
 from .trace import TracePod, to_request
@@ -135,6 +135,7 @@ def replay(
     ctx = PlacementContext(policy=policy, limit=1, seed=seed, workload_mix=fixed)
     requests: dict[int, PodRequest] = {}
     observed = Histogram()
+    hosts = hosts_of(nodes) if learn else ()
     arrived_log: array[int] = array("q")
     allocated_log: array[int] = array("q")
     arrived = allocated = failed = unplaced_cpu_only = 0
@@ -145,7 +146,7 @@ def replay(
             request = requests[id(pod)] = to_request(pod)
         arrived += pod.gpu_milli
         if learn and request.gpus and observed.add(request_shape(request)):
-            learned = learned_mix(observed.view(), by_name)
+            learned = mix_of(observed.counts, hosts)  # what the webhook learns from the same pods
             if learned is not ctx.workload_mix:
                 ctx = replace(ctx, workload_mix=learned)
         best = place(request, index, ctx).best

@@ -307,15 +307,18 @@ def brute_force(nodes: list[Node], usage: dict[str, NodeUsage], levels: tuple[st
     gpus=st.sampled_from([1, 2, 4]),
     pods=st.integers(1, 10),
     open_ended=st.booleans(),
-    promise=st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.integers(0, 3)),
+    promises=st.lists(st.tuples(st.sampled_from([(CLIQUE, "c1"), (CLIQUE, "c2"), (RACK, "r1"), (RACK, "r2")]),
+                                st.integers(0, 3)), max_size=3),
 )
 def test_domain_choice_matches_a_brute_force(layout: list[tuple[str | None, str | None, int, int]], gpus: int,
-                                             pods: int, open_ended: bool, promise: tuple[str, int]) -> None:
+                                             pods: int, open_ended: bool,
+                                             promises: list[tuple[tuple[str, str], int]]) -> None:
     nodes = [gpu_node(f"n{i}", clique, rack, count) for i, (clique, rack, count, _) in enumerate(layout)]
     usage = {n.name: NodeUsage(tuple(GpuUsage(81559, 100, 1, True) if g < taken else GpuUsage()
                                      for g in range(len(n.gpus))))
              for n, (_, _, _, taken) in zip(nodes, layout, strict=True)}
-    records = {"x/y": GroupRecord("x", "y", CLIQUE, promise[0], promise[1] + 1, gpus, ("m",))}
+    records = {f"x/g{i}": GroupRecord("x", f"g{i}", level, value, still + 1, gpus, ("m",))
+               for i, ((level, value), still) in enumerate(promises)}
     snap = snapshot(*nodes, usage=usage)
     index = index_of(snap)
     eligible = tuple(sorted(n.name for n in nodes))

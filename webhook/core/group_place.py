@@ -230,14 +230,18 @@ def rooms(table: Table, index: NodeIndex, gpus: int, records: Mapping[str, Any])
     out = [Level(level, table.domains[i], capacity[i], _unpack(free[i], len(table.domains[i])).tolist(),
                  _unpack(idle_gpus[i], len(table.domains[i])).tolist()) for i, level in enumerate(table.levels)]
     where = {level: i for i, level in enumerate(table.levels)}
+    promised: dict[tuple[str, str], int] = {}
     for record in records.values():  # few: the groups whose pods are still to come
         if isinstance(record, GroupRecord) and record.promised_gpus and record.level in where:
-            found = out[where[record.level]]
-            j = bisect_left(found.names, record.domain)
-            if j < len(found.names) and found.names[j] == record.domain:
-                assert isinstance(found.free, list) and isinstance(found.free_gpus, list)
-                found.free[j] = max(found.free[j] - -(-record.promised_gpus // gpus), 0)
-                found.free_gpus[j] -= record.promised_gpus
+            at = (record.level, record.domain)
+            promised[at] = promised.get(at, 0) + record.promised_gpus
+    for (level, value), held in promised.items():
+        found = out[where[level]]
+        j = bisect_left(found.names, value)
+        if j < len(found.names) and found.names[j] == value:
+            assert isinstance(found.free, list) and isinstance(found.free_gpus, list)
+            found.free[j] = max(found.free[j] - -(-held // gpus), 0)
+            found.free_gpus[j] -= held
     return out
 
 

@@ -107,3 +107,25 @@ def test_the_static_source_keeps_group_records_too() -> None:
     assert list(source.snapshot().groups) == ["team-a/pytorchjob/first"]
     assert source.group_outcomes() == {"whole": 1, "split": 0, "waiting": 1}
     assert "second-0" not in source.reservations()
+
+
+def test_groups_another_scheduler_places_or_with_groups_off_are_not_recorded_or_counted() -> None:
+    source = LiveSource(cliques_cache({"a": 2}))
+    app = app_over(source, {"kai": "", "off": ""})
+    client = app.test_client()
+    kai = worker_review("kai", 0)
+    kai["request"]["object"]["spec"]["schedulerName"] = "kai-scheduler"  # KAI places the group
+    off = worker_review("off", 0)
+    off["request"]["object"]["metadata"]["annotations"]["gpu-admission.io/group-topology"] = "none"
+    assert post(client, kai)["allowed"] and post(client, off)["allowed"]
+    assert source.snapshot().groups == {}
+    assert set(samples(app.extensions[EXTENSION].metrics, "gpu_admission_groups_total").values()) == {0.0}
+
+
+def test_a_group_on_a_cluster_without_domains_is_not_counted_split() -> None:
+    from test_reservations import cluster_cache  # two nodes, no topology labels
+
+    source = LiveSource(cluster_cache(used=0))
+    app = app_over(source, {"plain": ""})
+    assert post(app.test_client(), worker_review("plain", 0))["allowed"]
+    assert samples(app.extensions[EXTENSION].metrics, "gpu_admission_groups_total")[(("outcome", "split"),)] == 0.0

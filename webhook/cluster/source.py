@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.group_room import GroupOutcomes
+from webhook.core.group_room import GroupOutcomes, has_domains
 from webhook.core.groups import GroupRef
 from webhook.core.mixlearn import EMPTY
 from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
@@ -141,6 +141,7 @@ class LiveSource:
             return refusal
         joined: list[str] = []  # the group record this pod was written into, to undo if not admitted
         weighed: list[tuple[int, int, bool]] = []  # (room, needs, first member) of the last group commit
+        views: list[Snapshot] = []  # the pictures decided against
 
         def decide_with(entries: Entries) -> Decision:
             base, generation = self.cache.view()
@@ -152,6 +153,7 @@ class LiveSource:
             ]
             view = self._with_groups(with_reservations(base, pending + others))
             decision = decide(view)
+            views.append(view)
             allocation = decision.allocation
             if (group is None or dry_run or not uid or not decision.allowed or allocation is None
                     or not allocation.group or not allocation.domain):
@@ -182,7 +184,7 @@ class LiveSource:
             if joined and not decision.allowed:  # decided again after a lost write, and refused then
                 self.groups.forget(joined[-1], uid)
             if not dry_run:
-                self._count_group(group, decision, weighed)
+                self._count_group(group, decision, weighed, views[-1] if views else None)
             return decision
         except ReservationStoreError as error:
             if joined:
@@ -210,16 +212,17 @@ class LiveSource:
         seen = self.cache.seen_at(entry.uid)
         return seen is not None and self.cache.clock() - seen >= self.keep_seconds
 
-    def _count_group(self, group: GroupRef | None, decision: Decision,
-                     weighed: list[tuple[int, int, bool]]) -> None:
+    def _count_group(self, group: GroupRef | None, decision: Decision, weighed: list[tuple[int, int, bool]],
+                     view: Snapshot | None) -> None:
         if group is None:
             return
         allocation = decision.allocation
         if decision.reason == REFUSAL_REASON:
             self.outcomes.count("waiting", group.key)
         elif decision.allowed and allocation is not None and allocation.group:
-            if not allocation.domain:
-                self.outcomes.placed(group.key, "", 0, 0, False)
+            if not allocation.domain:  # split, where there were domains to keep it in
+                if view is not None and has_domains(view, self.policy().group_levels):
+                    self.outcomes.placed(group.key, "", 0, 0, False)
             elif weighed:
                 self.outcomes.placed(group.key, allocation.domain, *weighed[-1])
 

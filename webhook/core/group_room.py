@@ -53,7 +53,13 @@ def domain_free(snapshot: Snapshot, domain: str) -> int:
     return free
 
 
-__all__ = ["split_domain", "domain_free", "unseen_members"]
+__all__ = ["split_domain", "domain_free", "unseen_members", "has_domains"]
+
+
+def has_domains(snapshot: Snapshot, levels: tuple[str, ...]) -> bool:
+    """Whether any node carries one of the topology levels (else a group has nothing to be split over)."""
+    by_label = index_of(snapshot).statics.label_index().by_label
+    return any(by_label.get(level) for level in levels)
 
 
 class GroupOutcomes:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from webhook.core.group_place import DEFAULT_SCHEDULERS, NONE, mode_of
 from webhook.core.groups import GroupRef, group_of
 from webhook.core.model import Decision
 from webhook.core.trust import is_mirror_pod, nonce_of, record_update
@@ -240,7 +241,7 @@ class AdmissionHandler:
         def decide(snapshot: Any) -> Decision:
             return validate(pod, snapshot, policy, namespace=namespace or None)
 
-        group = _group_of(pod, namespace)
+        group = _group_of(pod, namespace, policy)
         if group is None:
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
         else:  # its group's record is written with the reservation (a source that keeps groups)
@@ -293,13 +294,18 @@ class AdmissionHandler:
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
 
 
-def _group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
-    """The pod's multi-pod group (core/groups.py), or None. A malformed group annotation is the core's
-    to refuse, with the field named; here it only means there is no group to record."""
+def _group_of(pod: Mapping[str, Any], namespace: str, policy: Any) -> GroupRef | None:
+    """The pod's multi-pod group (core/groups.py) when this webhook places it: None for a pod of no group,
+    of another scheduler (it places the group) or with groups off (`none`). A malformed group annotation
+    is the core's to refuse, with the field named; here it only means there is no group to record."""
     try:
-        return group_of(pod, namespace)
+        ref = group_of(pod, namespace)
+        if ref is None or mode_of(pod, namespace, policy) == NONE:
+            return None
     except ValueError:
         return None
+    scheduler = _mapping(pod.get("spec")).get("schedulerName") or ""
+    return ref if scheduler in DEFAULT_SCHEDULERS else None
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

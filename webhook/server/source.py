@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
-from webhook.core.group_room import GroupOutcomes, domain_free
+from webhook.core.group_room import GroupOutcomes, domain_free, has_domains
 from webhook.core.groups import GroupRecord, GroupRef
 from webhook.core.groups import commit as commit_member
 from webhook.core.model import Allocation, Decision, Snapshot
+from webhook.core.policy import GROUP_LEVELS
 
 Decide = Callable[[Snapshot], Decision]
 AddAllocation = Callable[[Snapshot, str, Allocation], Snapshot]
@@ -68,6 +69,7 @@ class StaticSource:
         description: str = "static snapshot",
         clock: Callable[[], float] = time.monotonic,
         add_allocation: AddAllocation = _default_with_allocation,
+        group_levels: tuple[str, ...] | None = None,
     ) -> None:
         self._base = snapshot
         self._current = snapshot
@@ -75,6 +77,8 @@ class StaticSource:
         self._clock = clock
         self._loaded_at = clock()
         self._add_allocation = add_allocation
+        # topology levels a group could be split over (for the split count): the policy default's
+        self._split_over = group_levels if group_levels is not None else GROUP_LEVELS
         self._reservations: dict[str, tuple[str, Allocation]] = {}
         self._groups: dict[str, GroupRecord] = {}  # multi-pod groups' domains (core/groups.py)
         self.outcomes = GroupOutcomes()
@@ -123,7 +127,8 @@ class StaticSource:
                 self._groups[outcome.key] = outcome
                 self.outcomes.placed(group.key, allocation.domain, room, (group.size or group.minimum)
                                      * allocation.gpu_count, outcome.members == (uid,))
-            elif group is not None and allocation.group:  # admitted with no domain: the group is split
+            elif group is not None and allocation.group and has_domains(view, self._split_over):
+                # admitted with no domain where there were some: the group is split
                 self.outcomes.placed(group.key, "", 0, 0, False)
             self._reservations[uid] = (namespace, allocation)
             if seen_before:

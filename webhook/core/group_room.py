@@ -6,6 +6,7 @@ Pure helpers for whoever records group members (the ledger in cluster/, the stat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 
 from .groups import GroupRecord
@@ -75,14 +76,16 @@ class GroupOutcomes:
         self.counts = dict.fromkeys(self.OUTCOMES, 0)
         self._seen: dict[tuple[str, str], None] = {}  # insertion-ordered: oldest first
         self._memory = memory
+        self._lock = threading.Lock()  # the server's threads count concurrently
 
     def count(self, outcome: str, key: str) -> None:
-        if (outcome, key) in self._seen:
-            return
-        self._seen[(outcome, key)] = None
-        if len(self._seen) > self._memory:
-            del self._seen[next(iter(self._seen))]
-        self.counts[outcome] += 1
+        with self._lock:
+            if (outcome, key) in self._seen:
+                return
+            self._seen[(outcome, key)] = None
+            if len(self._seen) > self._memory:
+                del self._seen[next(iter(self._seen))]
+            self.counts[outcome] += 1
 
     def placed(self, key: str, domain: str, room: int, needs: int, first: bool) -> None:
         """A member admitted: `domain` "" for a split group; `room`/`needs` the domain's free GPUs and

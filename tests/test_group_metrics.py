@@ -129,3 +129,16 @@ def test_a_group_on_a_cluster_without_domains_is_not_counted_split() -> None:
     app = app_over(source, {"plain": ""})
     assert post(app.test_client(), worker_review("plain", 0))["allowed"]
     assert samples(app.extensions[EXTENSION].metrics, "gpu_admission_groups_total")[(("outcome", "split"),)] == 0.0
+
+
+def test_each_group_is_counted_once_per_outcome_and_memory_stays_bounded() -> None:
+    from webhook.core.group_room import GroupOutcomes
+
+    outcomes = GroupOutcomes(memory=2)
+    outcomes.placed("ns/a", "clique=c1", room=8, needs=8, first=True)
+    outcomes.placed("ns/a", "clique=c1", room=8, needs=8, first=True)  # a retried first pod
+    outcomes.placed("ns/a", "clique=c1", room=0, needs=0, first=False)  # a later pod: nothing new
+    outcomes.placed("ns/b", "clique=c1", room=4, needs=8, first=True)  # no room now: it waits there
+    outcomes.placed("ns/c", "", room=0, needs=0, first=False)
+    assert outcomes.counts == {"whole": 1, "split": 1, "waiting": 1}
+    assert len(outcomes._seen) == 2  # the oldest key forgotten

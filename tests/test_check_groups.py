@@ -173,3 +173,22 @@ def test_the_documented_examples_give_the_documented_answers(capsys) -> None:
     (result,) = report["results"]
     assert code == 0 and {pod["domain"] for pod in result["pods"]} == {"topology.kubernetes.io/rack=rack-3"}
     assert result["pods"][0]["group"] == {"name": "ml/jobset/finetune/workers", "size": None, "minimum": 3}
+
+
+def test_check_follows_the_groups_the_webhook_already_placed(tmp_path: Path, capsys) -> None:
+    # The ledger's ConfigMap, as `check --kubeconfig` lists it: job `train` lives in clique a, two of its
+    # four pods admitted. Its other workers follow there, though clique b has more room.
+    cluster = cluster_file(tmp_path, {"a": 3, "b": 4})
+    record = {"namespace": "ml", "name": "pytorchjob/train", "level": CLIQUE, "domain": "a", "size": 4,
+              "gpusPerPod": 8, "members": ["uid-0", "uid-1"]}
+    ledger = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "gpu-admission-groups", "namespace": "gpu-admission",
+                           "labels": {"gpu-admission.io/ledger": "groups"}},
+              "data": {"groups": json.dumps([{"record": record}])}}
+    with open(cluster, "a") as f:
+        f.write(textwrap.indent(json.dumps(ledger), "- ").replace("\n", " ") + "\n")
+    code, report = check(capsys, "--cluster", cluster, pytorchjob(tmp_path, workers=2, size=4))
+    (result,) = report["results"]
+    assert code == 0 and cliques_of(result) == ["a", "a"]
+    code, report = check(capsys, "--cluster", cluster_file(tmp_path, {"a": 3, "b": 4}), pytorchjob(tmp_path, 2, 4))
+    assert cliques_of(report["results"][0]) == ["b", "b"]  # without the record: the first pod chooses anew

@@ -227,6 +227,30 @@ class GroupLedger:
             refresh()
 
 
+def records_in(objects: Any) -> dict[str, GroupRecord]:
+    """The group records of a `gpu-admission-groups` ConfigMap among cluster objects (as `check
+    --kubeconfig` lists them, or a file of them), so an offline check follows the groups already placed.
+    An unreadable one is skipped, as the webhook would treat it."""
+    records: dict[str, GroupRecord] = {}
+    for obj in objects:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping) or obj.get("kind") != "ConfigMap":
+            continue
+        labels = meta.get("labels")
+        if not isinstance(labels, Mapping) or labels.get("gpu-admission.io/ledger") != "groups":
+            continue
+        data = obj.get("data")
+        try:
+            raw = json.loads(data.get(GroupApiStore.DATA_KEY) or "[]") if isinstance(data, Mapping) else []
+            for item in raw if isinstance(raw, list) else ():
+                entry = StoredGroup.from_json(item)
+                records[entry.key] = entry.record
+        except ValueError as error:
+            log.warning("group ledger %s/%s is unreadable (%s): ignored", meta.get("namespace"), meta.get("name"),
+                        error)
+    return records
+
+
 def refusal_message(ref: GroupRef, why: str) -> str:
     """The denial's text: what happened, and that the pod's controller retries it."""
     return (f"{why}; this pod was not admitted and nothing was reserved: its controller "
@@ -234,4 +258,4 @@ def refusal_message(ref: GroupRef, why: str) -> str:
 
 
 __all__ = ["GroupLedger", "GroupApiStore", "StoredGroup", "split_domain", "domain_free", "unseen_members",
-           "refusal_message", "REFUSAL_REASON", "CONFIG_MAP", "PARTITION"]
+           "refusal_message", "records_in", "REFUSAL_REASON", "CONFIG_MAP", "PARTITION"]

@@ -213,6 +213,17 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
     return result, snapshot
 
 
+def _with_live_groups(snapshot: Any, objects: list[dict[str, Any]]) -> Any:
+    """The groups the webhook's ledger already placed (its `gpu-admission-groups` ConfigMap, listed with
+    `--kubeconfig` or written in a --cluster file): their pods follow their domains here too."""
+    from dataclasses import replace
+
+    from .cluster.group_ledger import records_in
+
+    records = records_in(objects)
+    return replace(snapshot, groups={**snapshot.groups, **records}) if records else snapshot
+
+
 def _add_group_size(meta: dict[str, Any], item: Any, lws_size: int) -> None:
     """The group size the controller states on each pod: LeaderWorkerSet's size annotation, JobSet's
     replicated-job Job count (a label and an annotation). The training operator, Ray and Volcano state
@@ -318,10 +329,12 @@ def run(args: argparse.Namespace) -> int:
     from .workloads import workloads
 
     policy = load_policy(args.policy)
+    objects = _cluster_objects(args)
     try:
-        snapshot = build_snapshot(_cluster_objects(args), dra_classes=policy.dra_device_classes)
+        snapshot = build_snapshot(objects, dra_classes=policy.dra_device_classes)
     except ValueError as err:
         raise UserError(f"invalid cluster state: {err}") from None
+    snapshot = _with_live_groups(snapshot, objects)
     documents = read_all(args.paths, stdin=sys.stdin)
     # DRA claims and claim templates written next to the workloads count as if they existed already.
     snapshot = with_manifest_claims(snapshot, documents, args.namespace)

@@ -79,6 +79,7 @@ class JsonLineHandler(logging.Handler):
         self.fd = sys.stderr.fileno() if fd is None else fd
         self._pending: collections.deque[bytes] = collections.deque()
         self._owner = -1  # pid whose writer thread is running
+        self._pid = os.getpid()  # this process's, kept across forks: getpid(2) on every line costs a syscall
         self._start_lock = threading.Lock()
         self._drain_lock = threading.Lock()
         atexit.register(self.flush)
@@ -93,13 +94,13 @@ class JsonLineHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        if self._owner != os.getpid():
+        if self._owner != self._pid:
             self._start_writer()
 
     def write_entry(self, entry: dict[str, Any]) -> None:
         """Queue one line made of `entry`, with no LogRecord (see `log_admission`)."""
         self._pending.append(jsoncodec.dumps(entry, default=str) + b"\n")
-        if self._owner != os.getpid():
+        if self._owner != self._pid:
             self._start_writer()
 
     def flush(self) -> None:
@@ -110,6 +111,7 @@ class JsonLineHandler(logging.Handler):
         """In a forked child: the parent writes its own pending lines; this process starts afresh."""
         self._pending.clear()
         self._owner = -1
+        self._pid = os.getpid()
         self._start_lock = threading.Lock()
         self._drain_lock = threading.Lock()
 

@@ -1,4 +1,4 @@
-"""The fragmentation measure, the learned workload mix, and the policy that minimises the measure's growth."""
+"""The fragmentation measure and the policy that minimises the measure's growth."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from webhook.core.fragmentation import (
     default_mix,
     fragmentation_delta,
     free_milli,
-    learn_mix,
-    milli_of,
     node_fragmentation,
 )
 from webhook.core.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
@@ -149,58 +147,6 @@ def test_empty_mix_means_the_default_mix() -> None:
     assert {s.gpus for s in default_mix()} == {1, 2, 4, 8}
 
 
-def test_learn_mix_counts_distinct_demands() -> None:
-    mix = learn_mix([(1, 1000), (1, 1000), (1, 500), (8, 1000), (0, 0)])
-    assert [(s.gpus, s.milli) for s in mix] == [(1, 1000), (1, 500), (8, 1000)]
-    assert [s.weight for s in mix] == [0.5, 0.25, 0.25]
-    assert learn_mix([]) == ()
-
-
-def test_learn_mix_reads_pod_requests() -> None:
-    requests = [
-        PodRequest("ns", "a", gpus=1, cores=47, memory_pct=47, cpu_milli=6000, memory_mib_host=12288),
-        PodRequest("ns", "b", gpus=2, cpu_milli=16000, models_include=("V100M32", "G2")),
-        PodRequest("ns", "cpu-only", gpus=0, cpu_milli=4000),
-    ]
-    assert learn_mix(requests) == (
-        WorkloadShape(1, 470, 0.5, 6000, 12288, ()),
-        WorkloadShape(2, 1000, 0.5, 16000, 0, ("G2", "V100M32")),
-    )
-
-
-def test_milli_of_request_forms() -> None:
-    assert milli_of(PodRequest("ns", "a", gpus=1)) == 1000
-    assert milli_of(PodRequest("ns", "a", gpus=1, cores=25)) == 250
-    assert milli_of(PodRequest("ns", "a", gpus=1, memory_pct=30)) == 300
-    assert milli_of(PodRequest("ns", "a", gpus=1, memory_mib=4000)) is None  # share unknown without the card
-
-
-def test_learn_mix_weighs_kinds_by_how_few_gpus_could_host_them() -> None:
-    nodes = [node(8, "G2", cpu=96000)] * 9 + [node(8, "G3", cpu=128000)]
-    mix = learn_mix([(1, 1000)] * 9 + [(1, 500)], nodes)  # 80 GPUs can host each
-    assert [s.weight for s in mix] == pytest.approx([0.9, 0.1])
-    requests = [PodRequest("ns", "small", gpus=1, cpu_milli=1000)] * 9 + [
-        PodRequest("ns", "big", gpus=8, cpu_milli=120000)
-    ]
-    weights = {s.gpus: s.weight for s in learn_mix(requests, nodes)}
-    # 9 small tasks over 80 GPUs, 1 big one over the 8 GPUs of the one node with 120 cores.
-    assert weights[8] == pytest.approx((1 / 8) / (9 / 80 + 1 / 8))
-
-
-def test_learn_mix_drops_kinds_no_node_can_host() -> None:
-    nodes = [node(2, "T4")]
-    assert learn_mix([(1, 1000), (4, 1000)], nodes) == (WorkloadShape(1, 1000, 1.0),)
-
-
-def test_learn_mix_keeps_the_heaviest_kinds() -> None:
-    mix = learn_mix([(1, 1000)] * 90 + [(1, 500)] * 9 + [(1, 100)], coverage=0.95)
-    assert [s.milli for s in mix] == [1000, 500]
-    assert learn_mix([(1, m) for m in range(100, 1000, 100)], max_shapes=3) == tuple(
-        WorkloadShape(1, m, 1 / 9)
-        for m in (100, 200, 300)  # weights stay shares of all that was seen
-    )
-
-
 def test_fragmentation_policy_puts_a_share_where_it_fills_a_card() -> None:
     nodes = {"a": node(2), "b": node(2)}
     nodes = {k: Node(k, v.gpus, cpu_milli=v.cpu_milli, memory_mib=v.memory_mib) for k, v in nodes.items()}
@@ -217,7 +163,7 @@ def test_fragmentation_policy_puts_a_share_where_it_fills_a_card() -> None:
 def test_memoised_results_are_stable() -> None:
     n = node(4)
     state = usage(shared(16000, 300), GpuUsage(), WHOLE, GpuUsage())
-    mix = learn_mix([(1, 300), (1, 1000), (2, 1000)])
+    mix = (WorkloadShape(1, 300), WorkloadShape(1, 1000), WorkloadShape(2, 1000))
     first = node_fragmentation(n, state, mix)
     assert node_fragmentation(n, state, tuple(mix)) == first
     assert node_fragmentation(n, state, mix) == first

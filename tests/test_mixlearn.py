@@ -94,6 +94,36 @@ def test_the_mix_follows_a_shift_in_the_workload() -> None:
     assert weights(mix_of(histogram.counts, hosts)) == {(2, 1000): 1.0}
 
 
+def test_kinds_few_nodes_can_host_weigh_more_and_those_none_can_host_are_dropped() -> None:
+    nodes = [make_node(f"g2-{i}", 96000, 393216, 8, "G2") for i in range(9)] + [
+        make_node("g3", 128000, 786432, 8, "G3")]
+    hosts = hosts_of(nodes)
+    histogram = Histogram()
+    for _ in range(90):
+        histogram.add(shape_of(1, 1000, 1000))
+    for _ in range(10):
+        histogram.add(shape_of(8, 1000, 120000))  # only the G3 node has 120 cores
+    mix = {s.gpus: s.weight for s in mix_of(histogram.counts, hosts)}
+    # 90 small tasks over 80 GPUs against 10 big ones over 8: by count alone the big ones would weigh 0.1
+    assert mix[8] > mix[1]
+    histogram.add(shape_of(16, 1000))  # no node has 16 GPUs
+    histogram.add(shape_of(1, 500, models=("A100",)))  # no node of that model
+    assert {s.gpus for s in mix_of(histogram.counts, hosts)} == {1, 8}
+    assert {(s.gpus, s.milli) for s in mix_of(histogram.counts, hosts)} == {(1, 1000), (8, 1000)}
+
+
+def test_rare_shapes_are_left_out() -> None:
+    hosts = hosts_of(build_snapshot(nodes_objects()).nodes.values())
+    histogram = Histogram()
+    for _ in range(1000):
+        histogram.add(A)
+    histogram.add(shape_of(1, 100))  # one pod in a thousand: under 1/256 of the weight
+    assert weights(mix_of(histogram.counts, hosts)) == {(1, 500): 1.0}
+    for _ in range(20):
+        histogram.add(shape_of(1, 100))
+    assert set(weights(mix_of(histogram.counts, hosts))) == {(1, 500), (1, 100)}
+
+
 def test_small_changes_reuse_the_memoised_mix() -> None:
     hosts = hosts_of(build_snapshot(nodes_objects()).nodes.values())
     histogram = Histogram()

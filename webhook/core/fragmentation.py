@@ -13,22 +13,23 @@ This module's measure refines it in three ways:
   share of a card that no whole number of such tasks fills, and a node whose CPU will run out before
   its GPUs do, before it is too late. Whole-card kinds keep the paper's view: what they leave unused
   is whole cards, which lighter kinds can still take;
-- kinds of task that only a few nodes can host weigh more on those nodes (`learn_mix` with the nodes),
-  so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on small tasks;
+- kinds of task that only a few nodes can host weigh more on those nodes (the learned mix,
+  core/mixlearn.py), so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on
+  small tasks;
 - equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
 
-Everything is memoised per (GPU model, free-capacity vector, CPU and memory left, mix): in a cluster the
-same states recur constantly, so a decision costs a few dictionary lookups per class of nodes.
+Everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of task's
+value apart from the mix's weights: in a cluster the same states recur constantly, so a decision costs a
+few dictionary lookups per class of nodes, and a new mix a weighted sum per state.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .model import Node, NodeUsage, PodRequest
+from .model import Node, NodeUsage
 
 if TYPE_CHECKING:
     from .placement import WorkloadShape
@@ -37,10 +38,6 @@ MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
-# Shapes kept when learning a mix: the heaviest ones covering this share of the weight, at most this many.
-# Keeping every rare shape spends the weights on kinds that matter on a handful of nodes only.
-MIX_COVERAGE = 0.99
-MIX_MAX_SHAPES = 48
 
 # A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
 _State = tuple[tuple[int, ...], int, int]
@@ -62,9 +59,11 @@ class _Mix:
         self.generation = -1
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
-        if self.generation != _REGISTRY.generation:
-            self.entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
-            self.generation = _REGISTRY.generation
+        while self.generation != _REGISTRY.generation:  # again if the registry was dropped meanwhile
+            generation = _REGISTRY.generation
+            entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
+            if _REGISTRY.generation == generation:
+                self.entries, self.generation = entries, generation
         return self.entries
 
 
@@ -111,8 +110,6 @@ _VALUES_LIMIT = 1 << 18
 # A node's state per (node identity, usage), whatever the mix: held in `_HELD` and dropped with `_VALUES`.
 _STATES: dict[tuple[int, NodeUsage], _State] = {}
 
-Observed = PodRequest | tuple[int, int]
-
 
 def default_mix() -> tuple[WorkloadShape, ...]:
     """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
@@ -126,106 +123,6 @@ def default_mix() -> tuple[WorkloadShape, ...]:
         WorkloadShape(gpus=4, milli=MILLI, weight=0.25),
         WorkloadShape(gpus=8, milli=MILLI, weight=0.125),
     )
-
-
-def milli_of(request: PodRequest) -> int | None:
-    """Thousandths of a card per GPU that a request asks for; None when it cannot be told without the card."""
-    if request.cores is not None and request.cores < 100:
-        return max(1, request.cores * 10)
-    if request.memory_pct is not None and request.memory_pct < 100:
-        return max(1, request.memory_pct * 10)
-    if request.memory_mib is not None and request.cores is None:
-        return None
-    return MILLI
-
-
-def learn_mix(
-    requests: Iterable[Observed],
-    nodes: Iterable[Node] | None = None,
-    *,
-    coverage: float = MIX_COVERAGE,
-    max_shapes: int = MIX_MAX_SHAPES,
-) -> tuple[WorkloadShape, ...]:
-    """The workload mix of the GPU requests seen: one shape per distinct demand.
-
-    Requests are PodRequests (GPUs, share, CPU, memory and allowed models count) or (gpus, milli) pairs;
-    requests for no GPU are left out (they cannot use GPU capacity). Each shape weighs its count, divided,
-    when `nodes` are given, by the GPU capacity such tasks could take on an empty cluster (per node, as
-    many of them as its cards, CPU and memory allow): a kind of task that only a
-    few nodes can take counts for more on those nodes, so that they are kept for it. Shapes no node can
-    host are dropped, and so are the lightest beyond `coverage` of the weight (and beyond `max_shapes`).
-    The empty mix means "use default_mix()".
-    """
-    from .placement import WorkloadShape
-
-    counts: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
-    for item in requests:
-        if isinstance(item, PodRequest):
-            gpus, milli = item.gpus, milli_of(item)
-            cpu, memory, models = item.cpu_milli, item.memory_mib_host, tuple(sorted(item.models_include))
-        else:
-            (gpus, milli), cpu, memory, models = item, 0, 0, ()
-        if gpus <= 0 or milli is None or milli <= 0:
-            continue
-        key = (gpus, min(milli, MILLI), cpu, memory, models)
-        counts[key] = counts.get(key, 0) + 1
-    hosts = _host_shapes(nodes) if nodes is not None else None
-    weights: dict[tuple[int, int, int, int, tuple[str, ...]], float] = {}
-    for key, count in counts.items():
-        if hosts is None:
-            weights[key] = float(count)
-            continue
-        supply = _supply(hosts, *key)
-        if supply:
-            weights[key] = count / supply
-    if not weights:
-        return ()
-    ranked = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
-    total = sum(weights.values())
-    kept: list[WorkloadShape] = []
-    covered = 0.0
-    for (gpus, milli, cpu, memory, models), weight in ranked:
-        if kept and (covered >= coverage * total or len(kept) >= max_shapes):
-            break
-        covered += weight
-        kept.append(WorkloadShape(gpus, milli, weight / total, cpu, memory, models))
-    return tuple(kept)
-
-
-# A node as far as hosting goes: (lower-cased model, healthy GPUs, CPU, memory) -> how many such nodes.
-_Hosts = dict[tuple[str, int, int, int], int]
-
-
-def _host_shapes(nodes: Iterable[Node]) -> _Hosts:
-    hosts: _Hosts = {}
-    for node in nodes:
-        if node.unschedulable:
-            continue
-        key = (node.gpu_model.lower(), sum(1 for g in node.gpus if g.healthy), node.cpu_milli, node.memory_mib)
-        hosts[key] = hosts.get(key, 0) + 1
-    return hosts
-
-
-def _supply(hosts: _Hosts, gpus: int, milli: int, cpu: int, memory: int, models: tuple[str, ...]) -> float:
-    """GPU capacity (GPUs) that such tasks could take on an empty cluster.
-
-    Per node, as many such tasks as its cards, CPU and memory allow, times what each takes of the cards:
-    a node whose CPU runs out after one task supplies that task's GPUs, not all of its cards.
-    """
-    wanted = tuple(m.lower() for m in models)
-    total = 0.0
-    for (model, healthy, node_cpu, node_memory), count in hosts.items():
-        if healthy < gpus or (wanted and not any(m in model for m in wanted)):
-            continue
-        if (node_cpu and node_cpu < cpu) or (node_memory and node_memory < memory):
-            continue
-        tasks = healthy * (MILLI // milli) if gpus == 1 else healthy // gpus
-        if cpu and node_cpu:
-            tasks = min(tasks, node_cpu // cpu)
-        if memory and node_memory:
-            tasks = min(tasks, node_memory // memory)
-        total += tasks * gpus * milli / MILLI * count
-    return total
 
 
 def free_milli(node: Node, usage: NodeUsage) -> tuple[int, ...]:
@@ -274,6 +171,21 @@ def fragmentation_delta(
     was, _ = _value(node, before, compiled, paper)
     now, free = _value(node, after, compiled, paper)
     return now - was + TIE_BREAK * free / MILLI
+
+
+def _vector(model: str, state: _State) -> array[float]:
+    """The state's per-kind values, as long as the registry (NaN where not computed yet)."""
+    key = (model, state)
+    vector = _VECTORS.get(key)
+    size = len(_REGISTRY.indices)
+    if vector is None or len(vector) < size:
+        if vector is None and len(_VECTORS) >= _VECTORS_LIMIT:
+            _VECTORS.clear()
+        grown = array("d", [_NAN]) * max(size, 1)
+        if vector is not None:
+            grown[: len(vector)] = vector
+        vector = _VECTORS[key] = grown
+    return vector
 
 
 def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float, int]:
@@ -341,16 +253,7 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     if not free:
         return 0.0
     entries = mix.indexed()
-    key = (model, state)
-    vector = _VECTORS.get(key)
-    size = len(_REGISTRY.indices)
-    if vector is None or len(vector) < size:
-        if vector is None and len(_VECTORS) >= _VECTORS_LIMIT:
-            _VECTORS.clear()
-        grown = array("d", [_NAN]) * size
-        if vector is not None:
-            grown[: len(vector)] = vector
-        vector = _VECTORS[key] = grown
+    vector = _vector(model, state)
     expected = 0.0
     cards: dict[tuple[int, int], tuple[int, int]] = {}
     for index, weight, kind in entries:

@@ -35,11 +35,12 @@ Hosts = tuple[tuple[tuple[str, int, int, int], int], ...]
 Signature = tuple[tuple[Shape, int], ...]
 
 # Quantisation: a shape's weight (its count over the capacity that could host it, as a share of all
-# shapes') in steps of 1/GRID; shapes under DROP of the weight are left out. Coarse on purpose: a
-# placement decision hardly moves with a weight a few per cent off, and each new mix costs a new
-# evaluation of every node state, so the mix changes only when the workload has.
-GRID = 16
-DROP = 1 / 32
+# shapes') on a log scale, STEPS per halving (1: the share is known within a factor of two); shapes
+# under DROP of the weight are left out. Coarse on purpose: a placement decision hardly moves with a
+# weight a few tens of per cent off, and each new mix costs a new evaluation of the node states, so the
+# mix changes when the workload has, not with every pod.
+STEPS = 1
+DROP = 1 / 256
 MAX_SHAPES = 48  # a bound on the kinds per mix (each costs time per node state)
 
 
@@ -172,7 +173,7 @@ def supply(hosts: Hosts, shape: Shape) -> float:
 def signature(counts: Mapping[Shape, int], hosts: Hosts) -> Signature:
     """The quantised histogram: each shape's weight - its count over the GPU capacity such tasks could
     take on an empty cluster (a kind only a few nodes can host counts for more on those nodes) - as a
-    share of all shapes' weight, in steps of 1/GRID; shapes under DROP, and those no node can host, out."""
+    share of all shapes' weight, in STEPS per halving; shapes under DROP, and those no node can host, out."""
     weights: list[tuple[Shape, float]] = []
     total = 0.0
     known = _supplies(hosts)
@@ -186,20 +187,50 @@ def signature(counts: Mapping[Shape, int], hosts: Hosts) -> Signature:
             total += weight
     if not total:
         return ()
-    return tuple(sorted((shape, math.floor(weight / total * GRID)) for shape, weight in weights
-                        if weight >= DROP * total))
+    return tuple(sorted((shape, _step(weight / total)) for shape, weight in weights if weight >= DROP * total))
+
+
+def _step(share: float) -> int:
+    """The share's quantised level: STEPS per halving, and half as many below RARE (the rare shapes'
+    shares move the most from pod to pod, and each matters little on its own)."""
+    level = math.floor(STEPS * math.log2(share))
+    if share < RARE:
+        level -= level % (2 * STEPS)
+    return level
+
+
+RARE = 1 / 32  # shares under this move in steps of two halvings
 
 
 @lru_cache(maxsize=256)
 def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
-    """The mix of a quantised histogram (each step's middle as the weight); empty: nothing learned yet
-    (the policy then uses the default mix)."""
+    """The mix of a quantised histogram (each step's geometric middle as the weight); empty: nothing
+    learned yet (the policy then uses the default mix)."""
     from .placement import WorkloadShape
 
-    ranked = sorted(quantised, key=lambda sq: (-sq[1], sq[0]))[:MAX_SHAPES]
-    total = sum(step + 0.5 for _, step in ranked)
-    return tuple(WorkloadShape(gpus, milli, (step + 0.5) / total, cpu, memory, models)
-                 for (gpus, milli, cpu, memory, models), step in ranked)
+    merged: dict[Shape, float] = {}
+    for (gpus, milli, cpu, memory, models), step in quantised:
+        if COARSE:
+            cpu, memory = _ceil2(cpu, 1000), _ceil2(memory, 1024)
+        key = (gpus, milli, cpu, memory, models)
+        merged[key] = merged.get(key, 0.0) + 2.0 ** ((step + 0.5) / STEPS)
+    ranked = sorted(merged.items(), key=lambda sw: (-sw[1], sw[0]))[:MAX_SHAPES]
+    total = sum(weight for _, weight in ranked)
+    return tuple(WorkloadShape(gpus, milli, weight / total, cpu, memory, models)
+                 for (gpus, milli, cpu, memory, models), weight in ranked)
+
+
+COARSE = 0
+
+
+def _ceil2(value: int, unit: int) -> int:
+    """`value` rounded up to a power of two times `unit` (0 stays 0)."""
+    if value <= 0:
+        return 0
+    step = unit
+    while step < value:
+        step *= 2
+    return step
 
 
 def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ...]:

@@ -19,10 +19,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SHAPES = (  # (GPUs, share %, CPU cores, memory GiB, weight): a mix like the Alibaba trace's
-    (1, 100, 8, 32, 40), (1, 81, 4, 16, 12), (1, 47, 8, 30, 8), (1, 32, 4, 16, 4), (1, 65, 6, 24, 3),
-    (2, 100, 16, 64, 2), (4, 100, 32, 128, 1), (8, 100, 64, 256, 1),
+BASE = (  # (GPUs, share %, weight): a mix like the Alibaba trace's; each comes with several CPU sizes
+    (1, 100, 40), (1, 81, 12), (1, 47, 8), (1, 32, 4), (1, 65, 3), (2, 100, 2), (4, 100, 1), (8, 100, 1),
 )
+# (GPUs, share %, CPU cores, memory GiB, weight): about 50 distinct request shapes, as in the trace
+SHAPES = tuple((g, share, cpu * g, cpu * 4 * g, w) for g, share, w in BASE for cpu in (2, 4, 6, 8, 12, 16))
 
 
 def node(name: str) -> dict[str, Any]:

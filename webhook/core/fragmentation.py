@@ -59,11 +59,12 @@ class _Mix:
         self.generation = -1
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
-        while self.generation != _REGISTRY.generation:  # again if the registry was dropped meanwhile
+        if self.generation != _REGISTRY.generation:
             generation = _REGISTRY.generation
             entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
-            if _REGISTRY.generation == generation:
-                self.entries, self.generation = entries, generation
+            if _REGISTRY.generation != generation:  # dropped meanwhile: index them all again, no drop now
+                entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
+            self.entries, self.generation = entries, _REGISTRY.generation
         return self.entries
 
 
@@ -80,11 +81,11 @@ class _Registry:
         self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
         self.generation = 0
 
-    def index(self, kind: _Kind) -> int:
+    def index(self, kind: _Kind, drop: bool = True) -> int:
         key = (kind[0], kind[1], kind[3], kind[4], kind[5])
         found = self.indices.get(key)
         if found is None:
-            if len(self.indices) >= _KINDS_LIMIT:
+            if drop and len(self.indices) >= _KINDS_LIMIT:
                 self.indices.clear()
                 _VECTORS.clear()
                 self.generation += 1

@@ -216,8 +216,19 @@ def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
         merged[key] = merged.get(key, 0.0) + 2.0 ** ((step + 0.5) / STEPS)
     ranked = sorted(merged.items(), key=lambda sw: (-sw[1], sw[0]))[:MAX_SHAPES]
     total = sum(weight for _, weight in ranked)
-    return tuple(WorkloadShape(gpus, milli, weight / total, cpu, memory, models)
-                 for (gpus, milli, cpu, memory, models), weight in ranked)
+    return Mix(WorkloadShape(gpus, milli, weight / total, cpu, memory, models)
+               for (gpus, milli, cpu, memory, models), weight in ranked)
+
+
+class Mix(tuple["WorkloadShape", ...]):
+    """A learned mix: a tuple of shapes whose hash is computed once (the placement memos hash the mix
+    once per decision; four dozen dataclass hashes each time would show in the admission time)."""
+
+    def __hash__(self) -> int:
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = super().__hash__()
+        return found
 
 
 COARSE = 0

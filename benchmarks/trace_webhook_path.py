@@ -18,6 +18,7 @@ for that smaller capacity, for a quicker run; 0 (default) takes all.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import tempfile
@@ -129,6 +130,9 @@ def main() -> None:
           f"{len(arrivals) / check_seconds:,.0f} pods/s)")
     if sim_at is not None and check_at is not None:
         print(f"difference: {check_at - sim_at:+.2f} points")
+    if "mix" in inspect.signature(replay).parameters:  # where simulate can take the webhook's fallback mix
+        fixed = replay(nodes, arrivals, "fragmentation", args.seed, mix="default").unallocated_pct(100)
+        print(f"simulate with the default mix (the webhook's when it has learned none): {fixed:.2f} %")
 
 
 if __name__ == "__main__":

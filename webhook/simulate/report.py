@@ -63,7 +63,8 @@ def summarize(runs: Sequence[Run], tune: float, pod_file: str = "") -> dict[str,
             values = [v for v in (r.unallocated_pct(pct) for r in group) if v is not None]
             if values:
                 curve.append([pct, round(_mean(values), 3)])
-        headline = [s["unallocated_pct_at_100"] for s in per_seed if s["unallocated_pct_at_100"] is not None]
+        # The seeds' unrounded figures, as the curve's point at 100 % takes them, so that the two agree.
+        headline = [v for v in (r.unallocated_pct(AT) for r in group) if v is not None]
         pods = sum(r.pods for r in group)
         seconds = sum(r.seconds for r in group)
         policies[name] = {

@@ -38,6 +38,8 @@ MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
+# Weight of the filled-node horizon against the next-task one, for kinds of task that share cards.
+FILLED = 0.5
 
 # A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
 _State = tuple[tuple[int, ...], int, int]
@@ -293,7 +295,7 @@ def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, i
     if memory_need and tasks:
         tasks = min(tasks, memory // memory_need)
     filled = total - tasks * gpus * milli
-    return (filled + next_task) / 2
+    return FILLED * filled + (1 - FILLED) * next_task
 
 
 @lru_cache(maxsize=1 << 16)

@@ -206,8 +206,9 @@ class Snapshot:
     # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
     groups: Mapping[str, Any] = field(default_factory=dict)
     # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
-    # derived from (core/mixlearn.py `Observed`); None: nothing observed.
-    observed: Observed | None = None
+    # derived from (core/mixlearn.py `Observed`); None: nothing observed. Derived from the pods and the
+    # reservations, like `cache`: not part of equality (`state.with_allocation` leaves it as it is).
+    observed: Observed | None = field(default=None, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------

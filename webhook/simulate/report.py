@@ -21,7 +21,7 @@ AT = 100.0  # the headline point: arrived request = 100 % of capacity
 # The FGD paper's published unallocated GPU % at 100 % for its FGD policy (Weng et al., ATC'23), by the
 # openb pod list it was measured on; shown beside the `fgd` baseline and the product's figures.
 PAPER_FGD: dict[str, float] = {
-    "default": 4.77, "gpushare40": 6.04, "gpushare60": 8.75, "multigpu20": 4.47, "multigpu30": 3.64,
+    "default": 4.77, "gpushare40": 6.04, "gpushare60": 8.75, "multigpu20": 4.47, "multigpu30": 3.64, "multigpu40": 3.09,
     "gpuspec10": 5.34, "gpuspec20": 5.34, "cpu050": 5.00, "cpu100": 4.79,
 }
 

@@ -139,7 +139,8 @@ class ClusterCollector(Collector):
         snapshot = self._source.snapshot()
         yield from quota_metrics(snapshot)
         yield from gpu_metrics(snapshot)
-        yield mix_metric(snapshot, self._policy())
+        policy = self._policy()
+        yield mix_metric(snapshot, policy if isinstance(policy, Policy) else Policy())  # test doubles too
         if self._expiry is not None:
             remaining = self._expiry.seconds_left()
             if remaining is not None:

@@ -152,6 +152,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
     counted, so a pod that can never be admitted is reported before it is scaled up."""
     import jsonpatch
 
+    from .cluster.observe import with_pod as observed_with
     from .core import admit
     from .core import workload as controllers
     from .core.record import allocation_to_json
@@ -202,6 +203,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             break
         if item.replicas and decision.allocation is not None and mutated.gpu_pod and mutated.managed:
             snapshot = with_allocation(snapshot, namespace, decision.allocation)
+            snapshot = observed_with(snapshot, patched)  # the learned workload mix counts it too
             if decision.allocation.node:
                 result.nodes.append(decision.allocation.node)
     if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:

@@ -227,7 +227,8 @@ def test_check_counts_the_pods_it_admits_as_the_watch_will() -> None:
     assert after.observed == build_snapshot([*nodes_objects(), pod]).observed
 
 
-def test_check_learns_from_the_cluster_file_and_what_it_admitted(tmp_path: Path) -> None:
+def test_check_learns_from_the_cluster_file_and_what_it_admitted(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
     import yaml
@@ -244,30 +245,20 @@ def test_check_learns_from_the_cluster_file_and_what_it_admitted(tmp_path: Path)
                 "spec": {"replicas": 3, "selector": {}, "template": {"metadata": {}, "spec": gpu_pod(
                     "t", None, gpus=2, share=None, cpu="16", memory="64000Mi")["spec"]}}}
     manifest.write_text(yaml.safe_dump(workload))
-    seen: list[Any] = []
-    real = check.evaluate
+    seen: list[dict[Any, int]] = []
+    real = admit.mutate
 
-    def spy(workloads: Any, snapshot: Any, policy: Any, namespace: str) -> Any:
-        results = real(workloads, snapshot, policy, namespace)
-        seen.append(snapshot)
-        return results
+    def spy(pod: Any, snapshot: Any, policy: Any, **kwargs: Any) -> Any:
+        seen.append(dict(snapshot.observed.counts))
+        return real(pod, snapshot, policy, **kwargs)
 
+    monkeypatch.setattr(admit, "mutate", spy)
     parser = argparse.ArgumentParser()
     check.add_arguments(parser)
-    args = parser.parse_args([str(manifest), "--cluster", str(cluster), "-o", "json"])
-    check.evaluate = spy  # type: ignore[assignment]
-    try:
-        check.run(args)
-    finally:
-        check.evaluate = real  # type: ignore[assignment]
-    assert dict(seen[0].observed.counts) == {(1, 500, 4000, 16000, ()): 3}
-    # what it admitted is counted as it goes (the replicas' snapshots are internal: decide one more pod)
-    from webhook.cluster.observe import with_pod as counted
-
-    grown = seen[0]
-    for i in range(3):
-        grown = counted(grown, gpu_pod(f"d{i}", "gpu-1", gpus=2, share=None, cpu="16", memory="64000Mi"))
-    assert dict(grown.observed.counts)[(2, 1000, 16000, 64000, ())] == 3
+    assert check.run(parser.parse_args([str(manifest), "--cluster", str(cluster), "-o", "json"])) == 0
+    small, big = (1, 500, 4000, 16000, ()), (2, 1000, 16000, 64000, ())
+    # each replica is decided against the cluster file's pods and the replicas admitted before it
+    assert seen == [{small: 3}, {small: 3, big: 1}, {small: 3, big: 2}]
 
 
 # -- policy, webhook, metrics ------------------------------------------------------------------------------

@@ -273,9 +273,11 @@ def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mappin
     """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, its group as the
     webhook reads it from the pod (size stated, or the minimum known) and the domain its node is in (the
     group's own domain, unless the preferred mode placed it outside)."""
+    from .core.group_place import topology_owner
     from .core.group_room import split_domain
     from .core.groups import group_of
     from .core.record import allocation_to_json
+    from .core.vendors import mapping_of
 
     entry: dict[str, Any] = {"name": name, "allowed": decision.allowed, "reason": decision.reason}
     if not decision.allowed:
@@ -289,6 +291,9 @@ def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mappin
             ref = None
         if ref is not None:
             entry["group"] = {"name": ref.key, "size": ref.size, "minimum": ref.minimum}
+            owner = topology_owner(pod, str(mapping_of(pod.get("spec")).get("schedulerName") or ""))
+            if owner:  # Kueue TAS, KAI or another scheduler places the group between nodes
+                entry["group"]["topology"] = owner
         level, _ = split_domain(allocation.domain)
         node = snapshot.nodes.get(allocation.node or "")
         value = node.labels.get(level) if node is not None and level else None
@@ -297,7 +302,11 @@ def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mappin
 
 
 def _domains_text(pods: list[dict[str, Any]]) -> str:
-    """", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise."""
+    """", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise;
+    ", topology left to Kueue TAS" where another system places the group."""
+    owners = {p["group"].get("topology", "") for p in pods if "group" in p}
+    if len(owners) == 1 and "" not in owners:  # its domain is that system's, not the webhook's
+        return f", topology left to {owners.pop()}"
     domains = [p["domain"] for p in pods if "domain" in p]
     if not any(domains):
         return ""

@@ -11,8 +11,9 @@ seals it); `preferred` only prefers it, and splits the group with a warning wher
 
 Pure, and per admission cheap: the domain table (node -> domain per level, capacity per pod size) is
 built once per eligible set and node set; each first pod then walks only the node classes with idle
-GPUs. Pods of another scheduler are recorded in their group but get no domain: that scheduler places
-them.
+GPUs. Pods whose topology another system owns (another scheduler, Kueue's Topology-Aware Scheduling,
+KAI-Scheduler's topology: `topology_owner`) keep their group in the decision record but get no domain:
+that system places them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ from .vendors import mapping_of
 
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
 REQUIRED, PREFERRED, NONE = GROUP_MODES
+
+# Kueue TAS (apis/kueue/v1beta1 constants): the gate Kueue holds a TAS pod behind until it writes the
+# assigned domain into the pod's nodeSelector, the label it puts on pods of a PodSet admitted through
+# TAS, and the PodSet annotations on pod templates that request a topology.
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+KUEUE_TAS_LABEL = "kueue.x-k8s.io/tas"
+KUEUE_TOPOLOGY_ANNOTATIONS = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-preferred-topology",
+                              "kueue.x-k8s.io/podset-slice-required-topology")
+KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"  # a boolean: "true" requests TAS
+# KAI-Scheduler: read from the workload (its podgrouper) and, where the template repeats them, the pod.
+KAI_TOPOLOGY_ANNOTATIONS = ("kai.scheduler/topology", "kai.scheduler/topology-required-placement",
+                            "kai.scheduler/topology-preferred-placement")
+KAI_SCHEDULER = "kai-scheduler"
+KUEUE_TAS, KAI = "Kueue TAS", "KAI"
 
 
 class Level(NamedTuple):
@@ -61,6 +76,7 @@ class GroupPlan:
     mode: str
     level: str = ""
     value: str = ""
+    owner: str = ""  # another system places the group between nodes (`topology_owner`): no domain here
     warnings: tuple[str, ...] = ()
     placement_hint: Placement | None = field(default=None, compare=False, repr=False)  # unrestricted
 
@@ -94,6 +110,27 @@ def mode_of(pod: Mapping[str, Any], namespace: str, policy: Policy) -> str:
         raise ValueError(f"metadata.annotations[{GROUP_TOPOLOGY_ANNOTATION}]: expected one of "
                          f"{', '.join(GROUP_MODES)}, got {raw!r}")
     return str(raw)
+
+
+def topology_owner(pod: Mapping[str, Any], scheduler_name: str) -> str:
+    """Who places the pod's group between nodes when not this webhook: "Kueue TAS", "KAI", the name of
+    another scheduler, or "" (this webhook). A domain of ours beside theirs would fight them: Kueue gives
+    each pod a nodeSelector for the domain it assigned, and a required affinity to another domain leaves
+    the pod unschedulable. Kueue's pod webhook adds the gate at creation and may run after this one
+    (configurations are called in name order; the reinvocation then finds our sealed record and changes
+    nothing), so the PodSet annotations, which the pod has from its template before any webhook runs,
+    count as much as the gate; so does the TAS label Job-based integrations copy from the template."""
+    metadata = mapping_of(pod.get("metadata"))
+    annotations = mapping_of(metadata.get("annotations"))
+    gates = mapping_of(pod.get("spec")).get("schedulingGates")
+    gated = isinstance(gates, list) and any(mapping_of(g).get("name") == KUEUE_TOPOLOGY_GATE for g in gates)
+    unconstrained = str(annotations.get(KUEUE_UNCONSTRAINED, "")).lower() in ("true", "t", "1")  # Go ParseBool
+    if (gated or unconstrained or mapping_of(metadata.get("labels")).get(KUEUE_TAS_LABEL) == "true"
+            or any(annotations.get(key) for key in KUEUE_TOPOLOGY_ANNOTATIONS)):
+        return KUEUE_TAS
+    if scheduler_name == KAI_SCHEDULER or any(annotations.get(key) for key in KAI_TOPOLOGY_ANNOTATIONS):
+        return KAI
+    return "" if scheduler_name in DEFAULT_SCHEDULERS else scheduler_name
 
 
 # -- the domain table, once per (node set, eligible set, levels) ----------------------------------------
@@ -279,7 +316,10 @@ def plan(request: PodRequest, snapshot: Snapshot, policy: Policy, ctx: Placement
         mode = mode_of(request.raw, request.namespace, policy)
     except ValueError as err:
         return Refusal(422, "invalid-group", str(err))
-    if mode == NONE or request.scheduler_name not in DEFAULT_SCHEDULERS:
+    owner = topology_owner(request.raw, request.scheduler_name)
+    if owner:  # its group stays in the decision record; quotas and the GPUs inside the node stay ours
+        return GroupPlan(ref, mode, owner=owner)
+    if mode == NONE:
         return GroupPlan(ref, mode)
     record = snapshot.groups.get(ref.key)
     if isinstance(record, GroupRecord):

@@ -37,7 +37,7 @@ Signature = tuple[tuple[Shape, int], ...]
 # Quantisation: a shape's weight (its count over the capacity that could host it, as a share of all
 # shapes') on a log scale, STEPS per halving (1: the share is known within a factor of two); shapes
 # under DROP of the weight are left out. Coarse on purpose: a placement decision hardly moves with a
-# weight a few tens of per cent off, and each new mix costs a new evaluation of the node states, so the
+# weight a few tens of per cent off, and each new mix has the scorer weigh the node classes again, so the
 # mix changes when the workload has, not with every pod.
 STEPS = 1
 DROP = 1 / 256
@@ -209,11 +209,8 @@ def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
     from .placement import WorkloadShape
 
     merged: dict[Shape, float] = {}
-    for (gpus, milli, cpu, memory, models), step in quantised:
-        if COARSE:
-            cpu, memory = _ceil2(cpu, 1000), _ceil2(memory, 1024)
-        key = (gpus, milli, cpu, memory, models)
-        merged[key] = merged.get(key, 0.0) + 2.0 ** ((step + 0.5) / STEPS)
+    for shape, step in quantised:
+        merged[shape] = 2.0 ** ((step + 0.5) / STEPS)
     ranked = sorted(merged.items(), key=lambda sw: (-sw[1], sw[0]))[:MAX_SHAPES]
     total = sum(weight for _, weight in ranked)
     return Mix(WorkloadShape(gpus, milli, weight / total, cpu, memory, models)
@@ -229,19 +226,6 @@ class Mix(tuple["WorkloadShape", ...]):
         if found is None:
             found = self.__dict__["_hash"] = super().__hash__()
         return found
-
-
-COARSE = 0
-
-
-def _ceil2(value: int, unit: int) -> int:
-    """`value` rounded up to a power of two times `unit` (0 stays 0)."""
-    if value <= 0:
-        return 0
-    step = unit
-    while step < value:
-        step *= 2
-    return step
 
 
 def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ...]:

@@ -78,6 +78,14 @@ def test_all_allowed_exits_0_and_text_names_the_node(tmp_path: Path, cluster: st
     assert out.splitlines()[-1] == "1 allowed, 0 denied, 0 skipped"
 
 
+def test_pod_with_only_generate_name_is_decided(tmp_path: Path, cluster: str, capsys) -> None:
+    manifest = write(tmp_path / "g.yaml", gpu_pod("one", 1).replace("{name: one,", "{generateName: worker-,"))
+    code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", manifest)
+    assert code == 0, out
+    result = json.loads(out)["results"][0]
+    assert result["allowed"] is True and result["allocation"]["node"] == "gpu-1"
+
+
 def test_later_workloads_see_what_earlier_ones_took(tmp_path: Path, cluster: str, capsys) -> None:
     manifest = write(tmp_path / "a.yaml", gpu_pod("one", 2) + "---\n" + gpu_pod("two", 1))
     code, out, _ = run_check(capsys, "--cluster", cluster, "-o", "json", manifest)

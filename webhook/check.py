@@ -177,6 +177,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
                 item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
             _add_group_size(meta, item, lws_size)
         pod["metadata"] = meta
+        name = str(meta.get("name") or base)  # a Pod with only generateName: named by its prefix
         mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)
         decision = mutated
         if mutated.allowed and mutated.gpu_pod and mutated.managed:
@@ -184,8 +185,8 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             patched["metadata"]["uid"] = f"check-{item.source}{item.template_path}-{replica}"
             decision = admit.validate(patched, snapshot, policy, namespace=namespace)
             if item.replicas and decision.allowed:  # as the ledger records it between the replicas
-                decision, snapshot = _join_group(patched, namespace, decision, snapshot, str(meta["name"]))
-        result.pods.append(_pod_entry(str(meta["name"]), decision if decision.allocation else mutated, decision,
+                decision, snapshot = _join_group(patched, namespace, decision, snapshot, name)
+        result.pods.append(_pod_entry(name, decision if decision.allocation else mutated, decision,
                                       snapshot, pod, namespace))
         if replica == 0:
             result.managed = mutated.managed

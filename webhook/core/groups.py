@@ -139,6 +139,21 @@ def _controller_group(labels: Mapping[str, Any],
     return None
 
 
+# Every key that can name a group (labels or annotations; the pod-group ones count in labels only, but
+# looking for them in annotations too only means the full look-up runs).
+_GROUP_KEYS = frozenset((GROUP_ANNOTATION, workload.LWS_NAME, workload.JOBSET_NAME, workload.TRAINING_JOB,
+                         workload.RAY_CLUSTER, workload.VOLCANO_JOB, PODGROUP_LABEL, *LEGACY_PODGROUP_LABELS))
+
+
+def names_no_group(pod: Mapping[str, Any]) -> bool:
+    """True when the pod carries none of the keys that name a group, so `group_of` finds none (and its
+    only refusal, a malformed group size, cannot matter: a group size alone names no group). A cheap
+    test, for callers that go on to ask for a group only when one may be there."""
+    metadata = mapping_of(pod.get("metadata"))
+    return (_GROUP_KEYS.isdisjoint(mapping_of(metadata.get("labels")))
+            and _GROUP_KEYS.isdisjoint(mapping_of(metadata.get("annotations"))))
+
+
 def group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
     """The pod's group, or None when it belongs to none. Raises ValueError naming the annotation when
     `gpu-admission.io/group` or `gpu-admission.io/group-size` is malformed (the pod author's to fix)."""

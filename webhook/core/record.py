@@ -97,52 +97,71 @@ _TOPOLOGY_CLASSES = {t.value: t for t in TopologyClass}
 
 
 def allocation_from_json(data: Any) -> Allocation:
-    """Parse the annotation's decoded JSON; ValueError names the key that is wrong."""
+    """Parse the annotation's decoded JSON; ValueError names the key that is wrong. Each field is tested
+    inline, and only a value that fails goes through _int / _str for the message (a call per field costs
+    more than the test), in the order the fields were always checked in."""
     if not isinstance(data, Mapping):
         raise ValueError("expected a JSON object")
-    version = _int(data, "version", 1)
-    if version != 1:
-        raise ValueError(f"version: unsupported version {version}")
+    version = data.get("version")
+    if type(version) is not int or version != 1:  # type(): not bool
+        version = _int(data, "version", 1)
+        if version != 1:
+            raise ValueError(f"version: unsupported version {version}")
     node = data.get("node")
     if node is not None and not isinstance(node, str):
         raise ValueError(f"node: expected a string or null, got {node!r}")
     gpus = data.get("gpus", [])
-    if not isinstance(gpus, list) or any(type(g) is not int or g < 0 for g in gpus):  # type(): not bool
+    if not isinstance(gpus, list) or (gpus and (set(map(type, gpus)) != _INT or min(gpus) < 0)):  # not bool
         raise ValueError(f"gpus: expected a list of GPU indices, got {gpus!r}")
     uuids = data.get("uuids", [])
-    if not isinstance(uuids, list) or any(type(u) is not str for u in uuids):
+    if not isinstance(uuids, list) or (uuids and set(map(type, uuids)) != _STR):
         raise ValueError(f"uuids: expected a list of strings, got {uuids!r}")
-    count = _int(data, "gpuCount", 0)
-    cores = _int(data, "cores", 0)
+    count = data.get("gpuCount")
+    if type(count) is not int or count < 0:
+        count = _int(data, "gpuCount", 0)
+    cores = data.get("cores")
+    if type(cores) is not int or cores < 0:
+        cores = _int(data, "cores", 0)
     if cores > 100:
         raise ValueError(f"cores: expected 0..100, got {cores}")
-    topology_name = _str(data, "topology") or "single"
+    topology_name = data.get("topology", "")
+    if type(topology_name) is not str:
+        topology_name = _str(data, "topology")
+    topology_name = topology_name or "single"
     topology = _TOPOLOGY_CLASSES.get(topology_name)  # a dict: the Enum call costs more than the rest
     if topology is None:
         raise ValueError(f"topology: unknown class {topology_name!r}")
     loss = data.get("loss", 0.0)
     if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 1:
         raise ValueError(f"loss: expected a number in 0..1, got {loss!r}")
-    return Allocation(
-        node=node,
-        gpus=tuple(gpus),
-        gpu_count=count,
-        memory_mib=_int(data, "memoryMiB", 0),
-        cores=cores,
-        vendor=_str(data, "vendor"),
-        model=_str(data, "model"),
-        topology=topology,
-        loss=float(loss),
-        policy=_str(data, "policy"),
-        uuids=tuple(uuids),
-        version=version,
-        containers=_containers(data) if "containers" in data else (),
-        mig=_str(data, "mig"),
-        cpu_milli=_int(data, "cpuMilli", 0) if "cpuMilli" in data else 0,
-        host_memory_mib=_int(data, "hostMemoryMiB", 0) if "hostMemoryMiB" in data else 0,
-        group=_str(data, "group"),
-        domain=_str(data, "domain"),
-    )
+    memory = data.get("memoryMiB")
+    if type(memory) is not int or memory < 0:
+        memory = _int(data, "memoryMiB", 0)
+    vendor, model, policy = data.get("vendor", ""), data.get("model", ""), data.get("policy", "")
+    if type(vendor) is not str:
+        vendor = _str(data, "vendor")
+    if type(model) is not str:
+        model = _str(data, "model")
+    if type(policy) is not str:
+        policy = _str(data, "policy")
+    containers = _containers(data) if "containers" in data else ()
+    mig = data.get("mig", "")
+    if type(mig) is not str:
+        mig = _str(data, "mig")
+    cpu_milli = _int(data, "cpuMilli", 0) if "cpuMilli" in data else 0
+    host_memory_mib = _int(data, "hostMemoryMiB", 0) if "hostMemoryMiB" in data else 0
+    group, domain = data.get("group", ""), data.get("domain", "")
+    if type(group) is not str:
+        group = _str(data, "group")
+    if type(domain) is not str:
+        domain = _str(data, "domain")
+    return Allocation(node=node, gpus=tuple(gpus), gpu_count=count, memory_mib=memory, cores=cores, vendor=vendor,
+                      model=model, topology=topology, loss=float(loss), policy=policy, uuids=tuple(uuids),
+                      version=version, containers=containers, mig=mig, cpu_milli=cpu_milli,
+                      host_memory_mib=host_memory_mib, group=group, domain=domain)
+
+
+_INT, _STR = {int}, {str}
 
 
 @lru_cache(maxsize=1024)
@@ -229,6 +248,50 @@ def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
     given = raw[at + len(_SEAL_KEY):-2] if at > 0 and raw.endswith('"}') else ""
     if len(given) != 32 or not given.isascii() or not hmac.compare_digest(given, seal(raw[:at] + "}", shape, key)):
         return "its seal does not verify: someone other than this webhook wrote or changed it"
+    # Pods with one allocation (node, GPUs, requirement) carry one record but for its nonce: the parse of
+    # the rest is kept, keyed by the text without the nonce and where it stood.
+    start = raw.find(_NONCE_MEMBER, 0, at)
+    end = raw.find('"', start + len(_NONCE_MEMBER), at) if start > 0 else -1
+    nonce = raw[start + len(_NONCE_MEMBER):end] if end > 0 else ""
+    if not (nonce.isascii() and nonce.replace("-", "").isalnum()):  # a nonce that is its own JSON text
+        return _parsed(raw)
+    cache_key = (start, raw[:start] + raw[end:at])
+    known = _PARSED.get(cache_key)
+    if known is None:
+        parsed = _parsed(raw)
+        # Kept only when that member is the record's one "nonce" (no escapes, named once): then any text
+        # with this key is this one with another plain nonce there, and parses the same but for it.
+        if (isinstance(parsed, str) or parsed.nonce != nonce or raw.count('"nonce"', 0, at) != 1
+                or "\\" in raw):
+            return parsed
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[cache_key] = parsed.allocation, _fresh(parsed.required), _fresh(parsed.group_required)
+        return parsed
+    allocation, required, group_required = known
+    # The requirements are the caller's own, as a parse gives them (a patch may carry them on).
+    return Sealed(allocation, _fresh(required), _fresh(group_required), nonce)
+
+
+_NONCE_MEMBER = f',"{NONCE}":"'
+_PARSED: dict[tuple[int, str], tuple[Allocation, Mapping[str, Any] | None, Mapping[str, Any] | None]] = {}
+_PARSED_MAX = 1024
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a parsed JSON value, as json.loads would make it anew (strings, numbers shared)."""
+    if type(value) is dict:
+        return {k: v if type(v) in _ATOMS else _fresh(v) for k, v in value.items()}
+    if type(value) is list:
+        return [v if type(v) in _ATOMS else _fresh(v) for v in value]
+    return value
+
+
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
+def _parsed(raw: str) -> Sealed | str:
+    """The sealed text `raw`, parsed: the record, or why it is malformed."""
     try:
         data = json.loads(raw)
         allocation = allocation_from_json(data)

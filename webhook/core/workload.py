@@ -97,6 +97,11 @@ def pod_labels(
     return {}
 
 
+# Each of describe()'s answers needs one of these labels set: without any, it is "".
+_NAME_KEYS = frozenset((TRAINING_JOB, JOBSET_NAME, LWS_NAME, RAY_CLUSTER, VOLCANO_JOB, KSERVE_ISVC, LLMISVC_NAME,
+                        ARGO_WORKFLOW, JOB_NAME, "job-name"))
+
+
 def _join(*parts: str) -> str:
     return "/".join(part for part in parts if part)
 
@@ -105,7 +110,7 @@ def describe(labels: Mapping[str, object] | None) -> str:
     """"PyTorchJob train/worker/3", "JobSet js/workers/0", ... or "" when no known controller's labels are set.
 
     Pure and cheap: the webhook calls it for every admission it logs."""
-    if not labels:
+    if not labels or _NAME_KEYS.isdisjoint(labels):  # most pods: no controller's name label at all
         return ""
 
     def get(key: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.group_place import DEFAULT_SCHEDULERS, NONE, mode_of
-from webhook.core.groups import GroupRef, group_of
+from webhook.core.groups import GroupRef, group_of, names_no_group
 from webhook.core.model import Decision
 from webhook.core.trust import is_mirror_pod, nonce_of, record_update
 from webhook.core.workload import describe as describe_workload
@@ -298,6 +298,8 @@ def _group_of(pod: Mapping[str, Any], namespace: str, policy: Any) -> GroupRef |
     """The pod's multi-pod group (core/groups.py) when this webhook places it: None for a pod of no group,
     of another scheduler (it places the group) or with groups off (`none`). A malformed group annotation
     is the core's to refuse, with the field named; here it only means there is no group to record."""
+    if names_no_group(pod):  # most pods: none of the group keys, nothing more to read
+        return None
     try:
         ref = group_of(pod, namespace)
         if ref is None or mode_of(pod, namespace, policy) == NONE:

@@ -251,9 +251,11 @@ def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
     # Pods with one allocation (node, GPUs, requirement) carry one record but for its nonce: the parse of
     # the rest is kept, keyed by the text without the nonce and where it stood.
     start = raw.find(_NONCE_MEMBER, 0, at)
-    end = raw.find('"', start + len(_NONCE_MEMBER), at) if start > 0 else -1
-    nonce = raw[start + len(_NONCE_MEMBER):end] if end > 0 else ""
-    if not (nonce.isascii() and nonce.replace("-", "").isalnum()):  # a nonce that is its own JSON text
+    first = start + len(_NONCE_MEMBER)
+    end = raw.find('"', first, at) if start > 0 else -1
+    nonce = raw[first:end]
+    # A nonce that is its own JSON text (a UUID, hex digits): any other such one parses alike.
+    if end < 0 or not nonce.isascii() or not (nonce.isalnum() or nonce.replace("-", "").isalnum()):
         return _parsed(raw)
     cache_key = (start, raw[:start] + raw[end:at])
     known = _PARSED.get(cache_key)
@@ -281,9 +283,13 @@ _PARSED_MAX = 1024
 def _fresh(value: Any) -> Any:
     """A copy of a parsed JSON value, as json.loads would make it anew (strings, numbers shared)."""
     if type(value) is dict:
-        return {k: v if type(v) in _ATOMS else _fresh(v) for k, v in value.items()}
+        copy = value.copy()
+        for name, item in value.items():
+            if type(item) not in _ATOMS:
+                copy[name] = _fresh(item)
+        return copy
     if type(value) is list:
-        return [v if type(v) in _ATOMS else _fresh(v) for v in value]
+        return value.copy() if _ATOMS.issuperset(map(type, value)) else [_fresh(item) for item in value]
     return value
 
 

@@ -181,3 +181,20 @@ def test_check_says_whose_topology_it_is(tmp_path: Path, capsys, annotations: st
     assert main(["check", "-o", "json", "--cluster", cluster, _job(tmp_path, "")]) == 0
     (plain,) = json.loads(capsys.readouterr().out)["results"]
     assert plain["message"].endswith(f"all in {CLIQUE}=b") and "topology" not in plain["pods"][0]["group"]
+
+
+def test_the_server_neither_records_nor_counts_a_group_kueue_or_kai_places() -> None:
+    # Through the validating webhook: a domainless group pod of the default scheduler would count as
+    # "split" in /metrics; one whose topology Kueue TAS or KAI owns is theirs, not split.
+    from test_group_metrics import EXTENSION, LiveSource, app_over, cliques_cache, post, samples, worker_review
+
+    source = LiveSource(cliques_cache({"a": 2}))
+    app = app_over(source, {"tas": "", "gated": "", "kai": ""})
+    client = app.test_client()
+    tas, gated, kai = worker_review("tas", 0), worker_review("gated", 0), worker_review("kai", 0)
+    tas["request"]["object"]["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = CLIQUE
+    gated["request"]["object"]["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    kai["request"]["object"]["metadata"]["annotations"]["kai.scheduler/topology-required-placement"] = CLIQUE
+    assert all(post(client, review)["allowed"] for review in (tas, gated, kai))
+    assert source.snapshot().groups == {}
+    assert set(samples(app.extensions[EXTENSION].metrics, "gpu_admission_groups_total").values()) == {0.0}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.group_place import DEFAULT_SCHEDULERS, NONE, mode_of
+from webhook.core.group_place import NONE, mode_of, topology_owner
 from webhook.core.groups import GroupRef, group_of, names_no_group
 from webhook.core.model import Decision
 from webhook.core.trust import is_mirror_pod, nonce_of, record_update
@@ -296,8 +296,9 @@ class AdmissionHandler:
 
 def _group_of(pod: Mapping[str, Any], namespace: str, policy: Any) -> GroupRef | None:
     """The pod's multi-pod group (core/groups.py) when this webhook places it: None for a pod of no group,
-    of another scheduler (it places the group) or with groups off (`none`). A malformed group annotation
-    is the core's to refuse, with the field named; here it only means there is no group to record."""
+    whose topology another scheduler, Kueue TAS or KAI owns (they place the group), or with groups off
+    (`none`). A malformed group annotation is the core's to refuse, with the field named; here it only
+    means there is no group to record."""
     if names_no_group(pod):  # most pods: none of the group keys, nothing more to read
         return None
     try:
@@ -307,7 +308,7 @@ def _group_of(pod: Mapping[str, Any], namespace: str, policy: Any) -> GroupRef |
     except ValueError:
         return None
     scheduler = _mapping(pod.get("spec")).get("schedulerName") or ""
-    return ref if scheduler in DEFAULT_SCHEDULERS else None
+    return None if topology_owner(pod, str(scheduler)) else ref
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

@@ -18,7 +18,8 @@ Interface shared by the core (admission), the cluster layer (ledger, snapshot) a
   besides what other groups' records still promise there;
 - `without_member(record, member)` is the record once a member is gone (None when none is left);
 - `domain_of(allocation.domain)` splits "level=value" for `commit` ("" when the group has no domain:
-  another scheduler places its pods, the cluster has no topology labels, or a preferred group split);
+  another scheduler, Kueue TAS or KAI places its pods (`group_place.topology_owner`), the cluster has
+  no topology labels, or a preferred group split);
 - `record_to_json` / `record_from_json`: the record's JSON form (ValueError names the field).
 
 Which labels name a group, and what size they state (checked against each controller's source):

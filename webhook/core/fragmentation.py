@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from array import array
 from functools import lru_cache
+from operator import mul
 from typing import TYPE_CHECKING
 
 from .model import Node, NodeUsage
@@ -53,12 +54,14 @@ class _Mix:
     `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
     when the kind registry was dropped (`generation`)."""
 
-    __slots__ = ("kinds", "entries", "generation")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
+        self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
+        self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
         if self.generation != _REGISTRY.generation:
@@ -67,6 +70,7 @@ class _Mix:
             if _REGISTRY.generation != generation:  # dropped meanwhile: index them all again, no drop now
                 entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
             self.entries, self.generation = entries, _REGISTRY.generation
+            self.indices = tuple(e[0] for e in entries)
         return self.entries
 
 
@@ -176,6 +180,22 @@ def fragmentation_delta(
     return now - was + TIE_BREAK * free / MILLI
 
 
+def node_states(node: Node, before: NodeUsage | _State, after: NodeUsage) -> tuple[str, _State, _State]:
+    """What `states_delta` needs of a node before and after a placement (`before` as usage or as the
+    state an earlier call returned); it does not depend on the mix, so the scorer keeps it per class of
+    nodes and a new mix costs two weighted sums per option."""
+    was = _state(node, before) if isinstance(before, NodeUsage) else before
+    return node.gpu_model.lower(), was, _state(node, after)
+
+
+def states_delta(states: tuple[str, _State, _State], mix: tuple[WorkloadShape, ...]) -> float:
+    """`fragmentation_delta` of the states `node_states` gave (the same value)."""
+    model, before, after = states
+    compiled = _compiled(mix)
+    return (_fragmentation(model, after, compiled) - _fragmentation(model, before, compiled)
+            + TIE_BREAK * sum(after[0]) / MILLI)
+
+
 def _vector(model: str, state: _State) -> array[float]:
     """The state's per-kind values, as long as the registry (NaN where not computed yet)."""
     key = (model, state)
@@ -257,22 +277,24 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
         return 0.0
     entries = mix.indexed()
     vector = _vector(model, state)
-    expected = 0.0
-    cards: dict[tuple[int, int], tuple[int, int]] = {}
-    for index, weight, kind in entries:
-        value = vector[index]
-        if value != value:  # NaN: not computed for this state yet
-            value = vector[index] = _kind_value(model, state, kind, cards)
-        expected += weight * value
+    # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
+    expected = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
+    if expected != expected:  # NaN: some kinds not computed for this state yet
+        cards: dict[tuple[int, int], tuple[int, int]] = {}
+        total = sum(free)
+        for index, _, kind in entries:
+            if vector[index] != vector[index]:
+                vector[index] = _kind_value(model, state, kind, cards, total)
+        expected = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
     return expected / MILLI
 
 
-def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]]) -> float:
-    """One kind's fragmentation of the state (thousandths); `cards` shares the card arithmetic per
-    (GPUs, share) between kinds."""
+def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]],
+                total: int) -> float:
+    """One kind's fragmentation of the state (thousandths; `total`: its free thousandths); `cards` shares
+    the card arithmetic per (GPUs, share) between kinds."""
     free, cpu, memory = state
     gpus, milli, _, cpu_need, memory_need, models = kind
-    total = sum(free)
     if models and not any(m in model for m in models):
         return float(total)
     found = cards.get((gpus, milli))

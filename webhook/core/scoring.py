@@ -146,6 +146,9 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 }
 
 
+_BEFORE = "fragmentation: the state before"  # per-class memo key: the same for every request
+
+
 def _fragmentation_scores(
     cands: list[Candidate], demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]
 ) -> list[float]:
@@ -153,9 +156,10 @@ def _fragmentation_scores(
 
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
-    from .fragmentation import default_mix, fragmentation_delta
+    from .fragmentation import default_mix, node_states, states_delta
 
     mix = ctx.workload_mix or default_mix()
+    placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
     signature = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, mix))
     scores = []
     for cand in cands:
@@ -163,14 +167,25 @@ def _fragmentation_scores(
         key = (signature, cand.allowed)
         found = memo.get(key)
         if found is None:
-            node = cand.state.shape.template
-            before = cand.state.usage
-            alternatives = [cand.choice]
-            if not demand.exclusive and demand.count == 1:
-                alternatives = list(cand.choice.alternatives) or alternatives
+            # The node's states after each option do not depend on the mix: kept apart, so that a new
+            # (learned) mix re-weighs them without placing the pod again.
+            options = memo.get((placing, cand.allowed))
+            if options is None:
+                node = cand.state.shape.template
+                before = cand.state.usage
+                alternatives = [cand.choice]
+                if not demand.exclusive and demand.count == 1:
+                    alternatives = list(cand.choice.alternatives) or alternatives
+                was = memo.get(_BEFORE) or before
+                options = [(choice, node_states(node, was, usage_after(before, choice, demand, node)))
+                           for choice in alternatives]
+                if len(memo) >= MEMO_LIMIT:
+                    memo.clear()
+                memo[_BEFORE] = options[0][1][1]
+                memo[(placing, cand.allowed)] = options
             best: tuple[float, Choice] | None = None
-            for choice in alternatives:
-                delta = fragmentation_delta(node, before, usage_after(before, choice, demand, node), mix)
+            for choice, states in options:
+                delta = states_delta(states, mix)
                 if best is None or delta < best[0]:
                     best = (delta, choice)
             assert best is not None

@@ -278,7 +278,7 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     entries = mix.indexed()
     vector = _vector(model, state)
     # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
-    expected = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
+    expected: float = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
     if expected != expected:  # NaN: some kinds not computed for this state yet
         cards: dict[tuple[int, int], tuple[int, int]] = {}
         total = sum(free)

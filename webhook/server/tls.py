@@ -85,8 +85,8 @@ class _Overdue:
             now = time.monotonic()
             for sock, due in list(self._due.items()):
                 if due <= now and self._due.pop(sock, None) is not None:
+                    self.cut += 1  # counted first: the woken operation may be answered before this thread runs on
                     sock.cut_off()
-                    self.cut += 1
 
 
 _OVERDUE = _Overdue()

@@ -7,13 +7,11 @@ the paper's simulator takes it, not the arrivals of one seed.
 
 from __future__ import annotations
 
-import time
-from array import array
 from collections.abc import Callable, Sequence
 
 from ..core.fgd import FgdCluster, Kind, Task, typical_kinds
 from ..core.model import Node
-from .replay import Run, capacity_milli
+from .replay import Run, drive
 from .trace import TracePod
 
 NAME = "fgd"
@@ -46,26 +44,13 @@ def fgd_replay(
     drew the arrivals; FGD's choices draw nothing."""
     cluster = cluster_of(nodes, kinds)
     tasks: dict[int, Task] = {}
-    arrived_log: array[int] = array("q")
-    allocated_log: array[int] = array("q")
-    arrived = allocated = failed = unplaced_cpu_only = 0
-    started = time.perf_counter()
-    for i, pod in enumerate(arrivals, 1):
+
+    def decide(_: int, pod: TracePod) -> bool | None:
         task = tasks.get(id(pod))
         if task is None:
             task = tasks[id(pod)] = task_of(pod)
-        arrived += pod.gpu_milli
         if cluster.place(task) is not None:
-            allocated += pod.gpu_milli
-        elif pod.gpus:
-            failed += 1
-        else:
-            unplaced_cpu_only += 1
-        arrived_log.append(arrived)
-        allocated_log.append(allocated)
-        if progress is not None and i % progress_every == 0:
-            progress(progress_every)
-    if progress is not None and len(arrivals) % progress_every:
-        progress(len(arrivals) % progress_every)
-    return Run(NAME, seed, capacity_milli(nodes), arrived_log, allocated_log, failed,
-               time.perf_counter() - started, unplaced_cpu_only)
+            return True
+        return False if pod.gpus else None
+
+    return drive(NAME, seed, nodes, arrivals, decide, progress, progress_every)

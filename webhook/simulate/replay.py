@@ -136,31 +136,53 @@ def replay(
     requests: dict[int, PodRequest] = {}
     observed = Histogram()
     hosts = hosts_of(nodes) if learn else ()
-    arrived_log: array[int] = array("q")
-    allocated_log: array[int] = array("q")
-    arrived = allocated = failed = unplaced_cpu_only = 0
-    started = time.perf_counter()
-    for i, pod in enumerate(arrivals, 1):
+
+    def decide(i: int, pod: TracePod) -> bool | None:
+        nonlocal ctx
         request = requests.get(id(pod))
         if request is None:
             request = requests[id(pod)] = to_request(pod)
-        arrived += pod.gpu_milli
         if learn and request.gpus and observed.add(request_shape(request)):
             learned = mix_of(observed.counts, hosts)  # what the webhook learns from the same pods
             if learned is not ctx.workload_mix:
                 ctx = replace(ctx, workload_mix=learned)
         best = place(request, index, ctx).best
-        if best is None and not request.gpus:
-            unplaced_cpu_only += 1
-        elif best is None:
-            failed += 1
-        else:
-            node = by_name[best.node]
-            after = commit(index.usage(best.node), best, request, node)
-            if check and (problems := overcommitted(node, after)):
-                raise InvariantError(f"pod {pod.name} ({i}): " + "; ".join(problems))
-            index.apply(best.node, after)
+        if best is None:
+            return False if request.gpus else None
+        node = by_name[best.node]
+        after = commit(index.usage(best.node), best, request, node)
+        if check and (problems := overcommitted(node, after)):
+            raise InvariantError(f"pod {pod.name} ({i}): " + "; ".join(problems))
+        index.apply(best.node, after)
+        return True
+
+    return drive(policy, seed, nodes, arrivals, decide, progress, progress_every)
+
+
+def drive(
+    policy: str,
+    seed: int,
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    decide: Callable[[int, TracePod], bool | None],
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 256,
+) -> Run:
+    """The replay loop every policy shares: `decide(i, pod)` places one pod (True), or fails a GPU pod
+    (False) or a pod asking for no GPU (None); the curves and counts are kept here."""
+    arrived_log: array[int] = array("q")
+    allocated_log: array[int] = array("q")
+    arrived = allocated = failed = unplaced_cpu_only = 0
+    started = time.perf_counter()
+    for i, pod in enumerate(arrivals, 1):
+        arrived += pod.gpu_milli
+        placed = decide(i, pod)
+        if placed:
             allocated += pod.gpu_milli
+        elif placed is None:
+            unplaced_cpu_only += 1
+        else:
+            failed += 1
         arrived_log.append(arrived)
         allocated_log.append(allocated)
         if progress is not None and i % progress_every == 0:

@@ -2,7 +2,8 @@
 
 Feeds the realistic GPU pod reviews of `admission_load.py` (same 96-node cluster) straight into
 `AdmissionHandler.handle`, the function the Flask view calls, and reports microseconds per request
-for /mutate and dry-run /validate, plus a breakdown of the core's share, with warm caches (a tight loop)
+for /mutate and dry-run /validate (and /mutate through the WSGI app: the admission lane the server runs,
+and the Flask route behind it), plus a breakdown of the core's share, with warm caches (a tight loop)
 and with the CPU caches flushed before each call (closer to the server, where other work runs between
 two admissions). Use it to see what a change saves before paying for the (noisy) load test;
 `--profile` prints a cProfile listing instead; `--stages` prints CPU microseconds per stage of the core
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import io
 import json
 import logging
 import os
@@ -47,6 +49,22 @@ def build_app() -> Any:
 
     source = StaticSource(build_snapshot(cluster_objects()))
     return create_app(ServerConfig(source=source, record_key=RECORD_KEY))
+
+
+def wsgi_caller(wsgi: Callable[..., Any]) -> Callable[[bytes], Any]:
+    """A POST /mutate of the body through a WSGI app, as gunicorn calls it (a fresh environ each time)."""
+    from werkzeug.test import EnvironBuilder
+
+    base = EnvironBuilder(path="/mutate", method="POST", data=b"", content_type="application/json").get_environ()
+
+    def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+        pass
+
+    def call(body: bytes) -> Any:
+        environ = {**base, "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}
+        return b"".join(wsgi(environ, start_response))
+
+    return call
 
 
 def validating_bodies(handler: Any, reviews: list[dict[str, Any]]) -> list[bytes]:
@@ -295,7 +313,10 @@ def main() -> int:
         return admit.validate(final_pods[i], snapshot, policy, namespace=namespaces[i], record_key=RECORD_KEY)
 
     indices = [i.to_bytes(1, "big") for i in range(len(pods))]
+    lane = app.wsgi_app
     cases: list[tuple[str, Callable[[bytes], Any], list[bytes]]] = [
+        ("WSGI /mutate, lane", wsgi_caller(lane), mutate_bodies),
+        ("WSGI /mutate, Flask route", wsgi_caller(lane.inner), mutate_bodies),
         ("handler /mutate", call_mutate, mutate_bodies),
         ("handler /validate dry-run", call_validate, validate_bodies),
         ("core admit.mutate", lambda b: core_mutate(b[0]), indices),

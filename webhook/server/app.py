@@ -96,9 +96,9 @@ class AdmissionLane:
     probes, wrong methods, unknown paths) to Flask.
 
     The admission routes need none of Flask's request machinery (context, URL adapter, response object),
-    which costs about as much per request as parsing the review (benchmarks/admit_profile.py, `wsgi`
-    row). The routes stay registered in the blueprint with the same code path, so an app mounted
-    without this lane answers identically."""
+    which cost about half as much again as the handler itself (benchmarks/admit_profile.py, the two
+    WSGI rows). The routes stay registered in the blueprint on the same code path, so the app answers
+    identically without this lane (tests/test_server_lane.py compares the two)."""
 
     def __init__(self, inner: WsgiApp, handler: AdmissionHandler) -> None:
         self.inner = inner

@@ -23,7 +23,7 @@ from typing import Any
 from . import env_pins
 from .env_pins import Unresolved
 from .limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, NO_DEVICES, is_isolation_env
-from .model import Allocation, Decision, PodRequest, Snapshot, Violation
+from .model import Allocation, Decision, EnvReader, PodRequest, Snapshot, Violation
 from .patch import pointer
 from .podshape import shape_error
 from .policy import Policy
@@ -96,14 +96,108 @@ def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_po
                     what = f"{'ConfigMap' if config else 'Secret'} {name!r}"
                     unresolved.append(Unresolved(key, index, where, what, prefix))
                 continue
-            for variable in sorted(prefix + key for key in known[name]):
-                if is_isolation_env(variable) and (variable not in GPU_POD_ONLY_ENV or gpu_pod):
-                    layer = ISOLATION_ENV.get(variable, "the GPU limit layer:").split(":")[0]
-                    violations.append(Violation(
-                        "isolation-env", 403, f"{where} takes {variable} from ConfigMap {name!r} through envFrom, "
-                        f"which bypasses GPU isolation ({layer}); remove that key and ask for GPUs in "
-                        "resources.limits"))
+            for _, variable in refused_keys(prefix, known[name], gpu_pod):
+                violations.append(Violation(
+                    "isolation-env", 403, f"{where} takes {variable} from ConfigMap {name!r} through envFrom, "
+                    f"which bypasses GPU isolation ({layer_of(variable)}); remove that key and ask for GPUs in "
+                    "resources.limits"))
     return violations, unresolved
+
+
+def refused_keys(prefix: str, keys: Iterable[str], gpu_pod: bool) -> list[tuple[str, str]]:
+    """(key, variable) for each key of a ConfigMap that a container reading it through envFrom with this
+    prefix must not take: the one rule of pod admission and of ConfigMap writes (`config_map_write`)."""
+    found = []
+    for key in keys:
+        variable = prefix + key
+        if is_isolation_env(variable) and (variable not in GPU_POD_ONLY_ENV or gpu_pod):
+            found.append((variable, key))
+    return [(key, variable) for variable, key in sorted(found)]
+
+
+def layer_of(variable: str) -> str:
+    return ISOLATION_ENV.get(variable, "the GPU limit layer:").split(":")[0]
+
+
+# ------------------------------------------------------------------------------------------ ConfigMap writes
+
+# The kubelet builds a container's environment, envFrom included, each time it starts the container
+# (makeEnvironmentVariables), so an edit of a ConfigMap reaches pods admitted before it at their next
+# restart. A write that gives a live GPU pod a variable its admission would have refused is refused.
+ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
+NO_READS: frozenset[tuple[str, str, str]] = frozenset()
+MAX_REFUSALS = 5
+
+
+def config_map_reads(pod: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """(ConfigMap name, prefix, container label) of each envFrom of the pod that reads a ConfigMap with a
+    prefix some key could turn into an isolation variable (a source with prefix APP_ is left out)."""
+    found: set[tuple[str, str, str]] = set()
+    for _, _, where, container in _containers(mapping_of(pod.get("spec")), ALL_KINDS):
+        for entry in list_of(container.get("envFrom")):
+            source = mapping_of(entry)
+            name = mapping_of(source.get("configMapRef")).get("name")
+            given = source.get("prefix")
+            prefix = given if isinstance(given, str) else ""
+            if isinstance(name, str) and name and not env_pins.harmless(prefix):
+                found.add((name, prefix, where))
+    return frozenset(found) if found else NO_READS
+
+
+def config_map_refusals(namespace: str, name: str, keys: Iterable[str], readers: Iterable[EnvReader]
+                        ) -> list[Violation]:
+    """What a ConfigMap whose `data` has these keys would give the GPU pods that read it (`readers`, from
+    `Snapshot.env_readers`) that their admission refuses (`refused_keys`, as `env_from` applies it)."""
+    every = [k for k in keys if isinstance(k, str)]
+    candidates = env_from_keys(dict.fromkeys(every))
+    found: dict[tuple[str, str], list[EnvReader]] = {}
+    for reader in readers:
+        # A family prefix (CUDA_DEVICE_) makes every key one, not only the candidates; admission refuses
+        # such a prefix outright, so only a pod admitted before the webhook can have it.
+        pool = every if reader.prefix.startswith(ISOLATION_PREFIXES) else candidates
+        for key, variable in refused_keys(reader.prefix, pool, gpu_pod=True):
+            found.setdefault((variable, key), []).append(reader)
+    violations = []
+    for (variable, key), who in sorted(found.items()):
+        who.sort(key=lambda r: (r.pod, r.where))
+        first, pods = who[0], sum(r.pods for r in who)
+        more = f" (and {pods - 1} more pod{'s' if pods > 2 else ''})" if pods > 1 else ""
+        through = f"envFrom with prefix {first.prefix}" if first.prefix else "envFrom"
+        violations.append(Violation(
+            "isolation-env-configmap", 403,
+            f"ConfigMap {name!r} key {key} would set {variable} ({layer_of(variable)}) in {first.where} of GPU pod "
+            f"{namespace}/{first.pod}{more}, which reads it through {through}: the kubelet reads it again when the "
+            "container restarts, which bypasses GPU isolation; remove that key, put it in a ConfigMap no GPU pod "
+            "reads through envFrom (or give their envFrom a prefix such as APP_), or delete those pods first"))
+    return violations
+
+
+def config_map_write(request: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> Decision:
+    """Decide a CREATE or UPDATE of a ConfigMap (an AdmissionRequest) against the live GPU pods that read
+    it through envFrom. A re-created ConfigMap is a CREATE like any other; a DELETE changes no variable."""
+    from .admit import is_managed  # admit imports this module
+
+    obj = mapping_of(request.get("object"))
+    metadata = mapping_of(obj.get("metadata"))
+    namespace = str(request.get("namespace") or metadata.get("namespace") or "default")
+    name = str(metadata.get("name") or request.get("name") or "")
+    if not is_managed(namespace, snapshot, policy):
+        return Decision(True, reason="not-managed", managed=False, gpu_pod=False)
+    data = obj.get("data")
+    if data is not None and not isinstance(data, Mapping):
+        return _deny(400, "invalid-config-map", f"ConfigMap {name!r}: data must be a mapping of keys to strings")
+    old = request.get("oldObject")
+    if request.get("operation") == "UPDATE" and isinstance(old, Mapping) and old.get("data") == data:
+        return Decision(True, reason="data-unchanged", gpu_pod=False)  # labels, annotations: env unchanged
+    readers = snapshot.env_readers.get(namespace, {}).get(name, ())
+    if not readers or not data:
+        return Decision(True, reason="no-gpu-reader" if not readers else "no-data", gpu_pod=False)
+    refusals = config_map_refusals(namespace, name, data, readers)
+    if not refusals:
+        return Decision(True, reason="config-map-checked", gpu_pod=False)
+    shown = "; ".join(v.message for v in refusals[:MAX_REFUSALS])
+    extra = len(refusals) - MAX_REFUSALS
+    return _deny(403, "isolation-env-configmap", shown + (f"; and {extra} more such keys" if extra > 0 else ""))
 
 
 # ------------------------------------------------------------------------------------------ reach

@@ -182,6 +182,15 @@ class Claim:
     reserved_for: tuple[str, ...] = ()
 
 
+class EnvReader(NamedTuple):
+    """Containers of live GPU pods that read one ConfigMap through envFrom with one prefix."""
+
+    prefix: str
+    where: str  # "container 'main'"
+    pod: str  # the first of those pods by name, for messages
+    pods: int  # how many pods
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the core knows about the cluster at one moment. Read-only by convention.
@@ -203,6 +212,10 @@ class Snapshot:
     # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
     # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
     config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    # Who reads each ConfigMap through envFrom: namespace -> ConfigMap name -> the distinct (prefix,
+    # container) of live GPU pods (core/isolation.py `config_map_write`: the kubelet re-reads a
+    # ConfigMap at every container start, so an edit reaches pods admitted before it).
+    env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]] = field(default_factory=dict)
     # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
     groups: Mapping[str, Any] = field(default_factory=dict)
     # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is

@@ -18,7 +18,7 @@ from typing import Any
 from webhook.core.dra import claim_refs, held_usage, largest_card
 from webhook.core.inventory import toolkit_from_json
 from webhook.core.mixlearn import Histogram, Shape
-from webhook.core.model import Claim, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.model import Claim, EnvReader, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.resources import is_gpu_pod
 from webhook.core.vendor_quota import usage_of
@@ -27,14 +27,18 @@ from webhook.core.vendors import ALLOCATION
 from .observe import models_of, pod_shape
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
 from .translate import (
+    NO_READS,
+    Reads,
     claim_of,
     config_map_of,
+    env_reads_of,
     host_usage_of,
     inventory_of,
     namespace_of,
     node_of,
     pod_usage_of,
     quotas_of,
+    readers_of,
 )
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,12 @@ class ClusterCache:
         # empty set), and the namespaces changed since the last snapshot (copied on publish, the rest shared).
         self._config_maps: dict[str, dict[str, frozenset[str]]] = {}
         self._dirty_config_maps: set[str] = set()
+        # What live GPU pods read of ConfigMaps through envFrom (translate.env_reads_of): pod key -> its
+        # reads, and namespace -> (ConfigMap, prefix, container) -> pod key -> pod name; the namespaces
+        # changed since the last snapshot are rebuilt on publish (Snapshot.env_readers).
+        self._reads: dict[str, Reads] = {}
+        self._readers: dict[str, dict[tuple[str, str, str], dict[str, str]]] = {}
+        self._dirty_readers: set[str] = set()
         self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
         self._first_lists = 0
         self._gpu_pods = 0
@@ -148,7 +158,7 @@ class ClusterCache:
             if self._dra_holders and self.dra_classes() != self._held_classes:
                 self._dirty.add("namespace_usage")  # the policy's GPU device classes changed
             if (self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty
-                    or self._dirty_config_maps):
+                    or self._dirty_config_maps or self._dirty_readers):
                 self._publish()
             assert self._published is not None
             return self._published, self._gen
@@ -279,6 +289,7 @@ class ClusterCache:
         if kind == "pods":
             if self._dra_holders.pop(key, None) is not None:
                 self._dirty.add("namespace_usage")
+            self._set_reads(key, NO_READS)
             pod = self._pods.pop(key, None)
             if pod is not None:
                 self._unplace(key, pod)
@@ -387,12 +398,13 @@ class ClusterCache:
         try:
             # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
             annotations = meta_of(obj).get("annotations")
-            gpu_like = is_gpu_pod(obj) or (isinstance(annotations, Mapping) and ALLOCATION in annotations)
+            gpu_like = bool(is_gpu_pod(obj) or (isinstance(annotations, Mapping) and ALLOCATION in annotations))
             use = pod_usage_of(obj) if gpu_like else None
             host = host_usage_of(obj) if use is None else (None, 0, 0)
         except ValueError as error:
             self._bad("pods", obj, error)
-            use, host = None, (None, 0, 0)
+            use, host, gpu_like = None, (None, 0, 0), True
+        self._set_reads(key, env_reads_of(obj, gpu_like or bool(refs)))
         node, cpu, memory = (use.node, use.cpu_milli, use.memory_mib_host) if use is not None else host
         pod = self._pods.get(key)
         if pod is not None and pod.use == use and (pod.node, pod.cpu, pod.memory) == (node, cpu, memory):
@@ -413,6 +425,31 @@ class ClusterCache:
         self._observe(key, pod, obj)
         if pod.node is not None and pod.node in self._nodes:
             self._recompute_usage(pod.node)
+
+    def _set_reads(self, key: str, reads: Reads) -> None:
+        """Record what pod `key` reads through envFrom now (NO_READS: nothing, or gone)."""
+        old = self._reads.get(key, NO_READS)
+        if old == reads:
+            return
+        for namespace, _, found in (old, reads):
+            if found:
+                self._dirty_readers.add(namespace)
+        if old[2]:
+            table = self._readers[old[0]]
+            for read in old[2]:
+                pods = table[read]
+                del pods[key]
+                if not pods:
+                    del table[read]
+            if not table:
+                del self._readers[old[0]]
+        if reads[2]:
+            self._reads[key] = reads
+            table = self._readers.setdefault(reads[0], {})
+            for read in reads[2]:
+                table.setdefault(read, {})[key] = reads[1]
+        else:
+            self._reads.pop(key, None)
 
     def _observe(self, key: str, pod: PodRecord, obj: Mapping[str, Any] | None) -> None:
         """Count the pod's shape in the histogram (again, when its node changed: `obj` None)."""
@@ -536,8 +573,19 @@ class ClusterCache:
         else:
             config_maps = previous.config_maps
         self._dirty_config_maps = set()
+        env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]]
+        if previous is None or self._dirty_readers:
+            env_readers = dict(previous.env_readers) if previous is not None else {}
+            for ns in self._dirty_readers if previous is not None else list(self._readers):
+                if ns in self._readers:
+                    env_readers[ns] = readers_of({read: pods.values() for read, pods in self._readers[ns].items()})
+                else:
+                    env_readers.pop(ns, None)
+        else:
+            env_readers = previous.env_readers
+        self._dirty_readers = set()
         self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache, claims=claims,
-                                   claim_templates=templates, config_maps=config_maps,
+                                   claim_templates=templates, config_maps=config_maps, env_readers=env_readers,
                                    observed=self._observed.view())
         self._dirty_nodes = False
         self._dirty_usage = set()

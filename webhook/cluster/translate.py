@@ -21,11 +21,12 @@ from webhook.core.inventory import (
     toolkit_from_json,
     vendor_from_json,
 )
-from webhook.core.isolation import env_from_keys
+from webhook.core.isolation import config_map_reads, env_from_keys
 from webhook.core.mig import offer_of, whole_cards
 from webhook.core.model import (
     Allocation,
     Claim,
+    EnvReader,
     Gpu,
     GpuUsage,
     Namespace,
@@ -39,7 +40,7 @@ from webhook.core.model import (
 from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
-from webhook.core.resources import parse_pod
+from webhook.core.resources import is_gpu_pod, parse_pod
 from webhook.core.vendor_quota import quota_key, usage_of
 from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
 
@@ -239,6 +240,50 @@ def config_map_of(obj: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
         raise ValueError("data: expected a mapping of keys to strings")
     namespace = str(_map(obj.get("metadata")).get("namespace") or "default")
     return namespace, _name(obj), env_from_keys(data)
+
+
+Reads = tuple[str, str, frozenset[tuple[str, str, str]]]  # namespace, pod name, config_map_reads
+NO_READS: Reads = ("", "", frozenset())
+
+
+def env_reads_of(obj: Mapping[str, Any], gpu_like: bool | None = None) -> Reads:
+    """What a live GPU pod (a GPU resource or variable, a decision record, or DRA claims) reads of
+    ConfigMaps through envFrom (core/isolation.py `config_map_reads`). Other pods count for nothing: one
+    that can reach a GPU node runs with NVIDIA_VISIBLE_DEVICES=void, which envFrom cannot override, and
+    has no limit library to switch off. A finished pod restarts no container. `gpu_like`: already known."""
+    metadata = _map(obj.get("metadata"))
+    if _map(obj.get("status")).get("phase") in TERMINAL_PHASES:
+        return NO_READS
+    if gpu_like is None:
+        gpu_like = is_gpu_pod(obj) or ALLOCATION in _map(metadata.get("annotations")) or bool(claim_refs(obj))
+    if not gpu_like:
+        return NO_READS
+    reads = config_map_reads(obj)
+    if not reads:
+        return NO_READS
+    name = metadata.get("name") or metadata.get("generateName") or "?"
+    return str(metadata.get("namespace") or "default"), str(name), reads
+
+
+def env_readers_table(pods: Iterable[Reads]) -> dict[str, dict[str, tuple[EnvReader, ...]]]:
+    """Snapshot.env_readers from the pods' reads: per namespace and ConfigMap, one EnvReader per distinct
+    (prefix, container), naming the first pod by name and counting them."""
+    grouped: dict[str, dict[tuple[str, str, str], list[str]]] = {}
+    for namespace, pod, reads in pods:
+        table = grouped.setdefault(namespace, {}) if reads else {}
+        for read in reads:
+            table.setdefault(read, []).append(pod)
+    return {namespace: readers_of(table) for namespace, table in grouped.items() if table}
+
+
+def readers_of(table: Mapping[tuple[str, str, str], Iterable[str]]) -> dict[str, tuple[EnvReader, ...]]:
+    """One namespace's ConfigMap -> readers, from (ConfigMap, prefix, container) -> pod names."""
+    found: dict[str, list[EnvReader]] = {}
+    for (config_map, prefix, where), pods in table.items():
+        names = list(pods)
+        if names:
+            found.setdefault(config_map, []).append(EnvReader(prefix, where, min(names), len(names)))
+    return {name: tuple(sorted(readers)) for name, readers in found.items()}
 
 
 def namespace_of(obj: Mapping[str, Any]) -> Namespace:
@@ -467,6 +512,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         found_map = guarded("ConfigMap", obj, config_map_of)
         if found_map is not None:
             config_maps.setdefault(found_map[0], {})[found_map[1]] = found_map[2]
+    env_readers = env_readers_table(env_reads_of(p) for p in by_kind["Pod"])
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)
@@ -483,5 +529,6 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         claims=claims["ResourceClaim"],
         claim_templates=claims["ResourceClaimTemplate"],
         config_maps=config_maps,
+        env_readers=env_readers,
         observed=observed_of(uses, nodes),
     )

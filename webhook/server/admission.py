@@ -46,6 +46,8 @@ class AdmissionCore:
     check_inventory_write: Callable[[Mapping[str, Any]], Decision]
     # ResourceClaim / ResourceClaimTemplate writes: (request, snapshot, policy) -> Decision; None: allowed.
     check_claim: Callable[..., Decision] | None = None
+    # ConfigMap writes: (request, snapshot, policy) -> Decision; None: allowed.
+    check_config_map: Callable[..., Decision] | None = None
     # UPDATE of pods/ephemeralcontainers: (pod, old pod, snapshot, policy, namespace=, mutating=) -> Decision.
     ephemeral: Callable[..., Decision] | None = None
     # mutate takes nonce= (from the review's uid), which the decision record carries (core/trust.py).
@@ -60,7 +62,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
     from webhook.core import admit
     from webhook.core.dra import names_claims
     from webhook.core.dra_objects import check_claim_object
-    from webhook.core.isolation import ephemeral
+    from webhook.core.isolation import config_map_write, ephemeral
     from webhook.core.node_routes import device_list_mounts
     from webhook.core.vendors import needs_decision
 
@@ -71,7 +73,8 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
 
     key = secrets.token_bytes(32) if record_key is None else record_key
     return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
-                         _check_inventory_write, check_claim_object, ephemeral, mutate_nonce=True)
+                         _check_inventory_write, check_claim_object, ephemeral=ephemeral,
+                         check_config_map=config_map_write, mutate_nonce=True)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -211,6 +214,8 @@ class AdmissionHandler:
             return self._claim(endpoint, incoming)
         if _is_ephemeral(request):
             return self._ephemeral(endpoint, incoming)
+        if _is_config_map(request):
+            return self._config_map(endpoint, incoming)
         if request.get("operation") == "UPDATE" and endpoint == "validate" and _is_pod(request):
             return self._record_update(incoming)
         if request.get("operation") != "CREATE":
@@ -276,6 +281,23 @@ class AdmissionHandler:
         decision = self.core.check_claim(request, self.source.snapshot(), self.policy.get())
         return _from_decision(uid, decision, with_patch=False)
 
+    def _config_map(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """A ConfigMap written in a namespace: refused when a live GPU pod reads it through envFrom and the
+        new data would give it a device or limit variable at its next container start (core/isolation.py).
+        Only the validating webhook decides; nothing is reserved, so a dry run is decided alike."""
+        request, uid = incoming.request, incoming.uid
+        if endpoint != "validate" or self.core.check_config_map is None or request.get("operation") not in (
+            "CREATE", "UPDATE"
+        ):
+            return _fast(uid, "not-a-pod")
+        config_map = request.get("object")
+        if not isinstance(config_map, dict):
+            raise rv.ReviewError(400, "missing request.object: a ConfigMap CREATE or UPDATE must carry it")
+        if _namespace_of(request, _mapping(config_map.get("metadata"))) in self.excluded_namespaces:
+            return _fast(uid, "excluded-namespace")
+        decision = self.core.check_config_map(request, self.source.snapshot(), self.policy.get())
+        return _from_decision(uid, decision, with_patch=False)
+
     def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """`kubectl debug` adds ephemeral containers by an UPDATE of pods/ephemeralcontainers whose object
         is the whole pod: the added containers are held to the isolation rules (core/isolation.py)."""
@@ -320,6 +342,11 @@ def _is_ephemeral(request: Mapping[str, Any]) -> bool:
     resource = _mapping(request.get("resource"))
     return (request.get("subResource") == "ephemeralcontainers" and resource.get("group") == ""
             and resource.get("resource") == "pods")
+
+
+def _is_config_map(request: Mapping[str, Any]) -> bool:
+    resource = _mapping(request.get("resource"))
+    return resource.get("group") == "" and resource.get("resource") == "configmaps" and not request.get("subResource")
 
 
 def _is_claim(request: Mapping[str, Any]) -> bool:

@@ -225,7 +225,7 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
         assert hook["admissionReviewVersions"] == ["v1"]
     # Enforcement fails closed; a skipped mutation is caught (and explained) by the validating webhook.
     assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Fail", "Fail", "Fail",
-                                                                   "Fail"]
+                                                                   "Fail", "Fail"]
     assert [w["reinvocationPolicy"] for w in mutating] == ["IfNeeded", "IfNeeded"]
     assert mutating[0]["rules"] == [
         {
@@ -260,7 +260,7 @@ def test_webhook_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
     ]
     # Claims live in tenant namespaces: the pod webhooks' namespace selection applies to them too.
     assert claims["namespaceSelector"] == validating[0]["namespaceSelector"]
-    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 5
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate"] * 6
     # `kubectl debug`: ephemeral containers are mutated (NVIDIA_VISIBLE_DEVICES=void) and validated like
     # any container, in the namespaces the pod webhooks select, every request (no matchConditions).
     ephemeral_rule = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
@@ -284,7 +284,7 @@ def test_failure_policies_and_timeout_come_from_values(helm: helm_tool.Helm) -> 
     mutating = one(docs, "MutatingWebhookConfiguration")["webhooks"]
     validating = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
     assert [w["failurePolicy"] for w in mutating + validating] == ["Ignore", "Ignore", "Fail", "Ignore", "Fail", "Fail",
-                                                                   "Fail"]
+                                                                   "Fail", "Fail"]
     assert {w["timeoutSeconds"] for w in mutating + validating} == {3}
 
 

@@ -46,10 +46,10 @@ class AdmissionCore:
     check_inventory_write: Callable[[Mapping[str, Any]], Decision]
     # ResourceClaim / ResourceClaimTemplate writes: (request, snapshot, policy) -> Decision; None: allowed.
     check_claim: Callable[..., Decision] | None = None
-    # ConfigMap writes: (request, snapshot, policy) -> Decision; None: allowed.
-    check_config_map: Callable[..., Decision] | None = None
     # UPDATE of pods/ephemeralcontainers: (pod, old pod, snapshot, policy, namespace=, mutating=) -> Decision.
     ephemeral: Callable[..., Decision] | None = None
+    # ConfigMap writes: (request, snapshot, policy) -> Decision; None: allowed.
+    check_config_map: Callable[..., Decision] | None = None
     # mutate takes nonce= (from the review's uid), which the decision record carries (core/trust.py).
     mutate_nonce: bool = False
 
@@ -73,8 +73,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
 
     key = secrets.token_bytes(32) if record_key is None else record_key
     return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
-                         _check_inventory_write, check_claim_object, ephemeral=ephemeral,
-                         check_config_map=config_map_write, mutate_nonce=True)
+                         _check_inventory_write, check_claim_object, ephemeral, config_map_write, mutate_nonce=True)
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:

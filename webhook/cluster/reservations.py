@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from webhook.core.isolation import NO_POD_READS, Reads
 from webhook.core.model import Allocation, Decision
 from webhook.core.record import allocation_from_json, allocation_to_json
 
@@ -36,13 +37,21 @@ class Reservation:
     namespace: str
     allocation: Allocation
     expires_at: float  # clock seconds (time.time() in production)
+    # The pod's name and what it reads of ConfigMaps through envFrom (core/isolation.py `env_reads`):
+    # a ConfigMap write is checked against the pod before the watch shows it. Written only when there
+    # are reads; a replica that predates the field ignores it.
+    pod: str = ""
+    reads: frozenset[tuple[str, str, str]] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "uid": self.uid,
             "expiresAt": round(self.expires_at, 3),
             "allocation": allocation_to_json(self.allocation),
         }
+        if self.reads:
+            found["envFrom"] = {"pod": self.pod, "reads": [list(read) for read in sorted(self.reads)]}
+        return found
 
     @classmethod
     def from_json(cls, namespace: str, data: Any) -> Reservation:
@@ -51,7 +60,26 @@ class Reservation:
         expires = data.get("expiresAt")
         if not isinstance(expires, int | float):
             raise ValueError(f"reservation {data['uid']}: expiresAt is not a number")
-        return cls(data["uid"], namespace, allocation_from_json(data.get("allocation")), float(expires))
+        pod, reads = _env_from_json(data.get("envFrom"))
+        return cls(data["uid"], namespace, allocation_from_json(data.get("allocation")), float(expires), pod, reads)
+
+    def env_reads(self) -> Reads:
+        """(namespace, pod, reads) as `Snapshot.env_readers` is built from (NO_POD_READS when none)."""
+        return (self.namespace, self.pod, self.reads) if self.reads else NO_POD_READS
+
+
+def _env_from_json(data: Any) -> tuple[str, frozenset[tuple[str, str, str]]]:
+    """The optional envFrom field of an entry; one that does not read well counts as no reads (the
+    entry still counts against quotas)."""
+    if data is None:
+        return "", frozenset()
+    pod = data.get("pod") if isinstance(data, dict) else None
+    raw = data.get("reads") if isinstance(data, dict) else None
+    if isinstance(pod, str) and isinstance(raw, list) and all(
+            isinstance(read, list) and len(read) == 3 and all(isinstance(part, str) for part in read) for read in raw):
+        return pod, frozenset((a, b, c) for a, b, c in raw)
+    log.warning("reservation ledger: unreadable envFrom reads ignored: %.200r", data)
+    return "", frozenset()
 
 
 class ReservationStore(Protocol):
@@ -69,6 +97,11 @@ class ReservationStore(Protocol):
     @property
     def version(self) -> int:
         """Grows whenever `known()` may have changed (for caching views built from it)."""
+        ...
+
+    def reread(self, namespace: str) -> None:
+        """Make `known()` hold the namespace's entries as the store has them now (other replicas'
+        included); nothing to do for a store only this process writes."""
         ...
 
 
@@ -99,6 +132,9 @@ class InProcessStore:
     def known(self) -> Entries:
         with self._lock:
             return tuple(entry for entries in self._entries.values() for entry in entries)
+
+    def reread(self, namespace: str) -> None:
+        pass  # every entry is this process's own
 
 
 class ReservationStoreError(Exception):
@@ -148,11 +184,18 @@ class ApiStore:
         with self._guard:
             return tuple(entry for stored in self._stored.values() for entry in stored.entries)
 
+    def reread(self, namespace: str) -> None:
+        # Under the namespace's lock, so that an older read never replaces what a write of ours just stored.
+        with self._lock_of(namespace):
+            self._guarded("read", namespace, self._read, namespace)
+
+    def _lock_of(self, namespace: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(namespace, threading.Lock())
+
     def transact(self, namespace: str, change: Change[T]) -> T:
         # Threads of this replica take turns per namespace; other replicas are held off by the precondition.
-        with self._guard:
-            lock = self._locks.setdefault(namespace, threading.Lock())
-        with lock:
+        with self._lock_of(namespace):
             stored = self._stored.get(namespace)
             for _ in range(self.max_attempts):
                 if stored is None:
@@ -260,6 +303,13 @@ class Ledger:
         self.ttl_seconds = ttl_seconds
         self.clock = clock
 
+    def reread(self, namespace: str) -> None:
+        """Read the namespace's entries again where other replicas write them too (raises
+        ReservationStoreError when the store cannot be read)."""
+        reread = getattr(self.store, "reread", None)
+        if reread is not None:
+            reread(namespace)
+
     def active(self, horizon: float | None = None) -> Entries:
         """Entries this process knows of (every namespace) that have not expired by `horizon` (now)."""
         limit = self.clock() if horizon is None else horizon
@@ -274,12 +324,15 @@ class Ledger:
         *,
         horizon: Callable[[], float] | None = None,
         droppable: Callable[[Reservation], bool] = lambda entry: False,
+        reads: Callable[[], Reads] | None = None,
     ) -> Decision:
         """Decide with the namespace's other unexpired entries and, when allowed, record the pod.
 
         `decide` gets the entries (without this pod's own, so a retried call is not counted twice) and
-        may be called again when another replica wrote first.
+        may be called again when another replica wrote first. `reads`: the pod's envFrom reads
+        (core/isolation.py `env_reads`), asked for only when the pod is recorded.
         """
+        found: list[Reads] = []
 
         def change(entries: Entries) -> tuple[Entries | None, Decision]:
             now = self.clock()
@@ -288,7 +341,10 @@ class Ledger:
             decision = decide(tuple(e for e in others if e.expires_at > limit))
             if dry_run or not uid or not decision.allowed or decision.allocation is None:
                 return None, decision
-            mine = Reservation(uid, namespace, decision.allocation, now + self.ttl_seconds)
+            if reads is not None and not found:
+                found.append(reads())
+            _, pod, read = found[0] if found else NO_POD_READS
+            mine = Reservation(uid, namespace, decision.allocation, now + self.ttl_seconds, pod, read)
             return tuple(e for e in others if not droppable(e)) + (mine,), decision
 
         return self.store.transact(namespace, change)

@@ -16,6 +16,7 @@ from typing import Any
 
 from webhook.core.group_room import GroupOutcomes, has_domains
 from webhook.core.groups import GroupRef
+from webhook.core.isolation import env_reads, with_env_reads
 from webhook.core.mixlearn import EMPTY
 from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
 from webhook.core.placement import index_of
@@ -55,7 +56,13 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
         index = index.updated(changed)
     # Admitted pods count in the learned workload mix as they will once the watch shows them.
     observed = (snapshot.observed or EMPTY).plus(allocation_shape(e.allocation, snapshot.nodes) for e in entries)
-    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index}, observed=observed)
+    # So do the ConfigMaps they read through envFrom: a write the pod would take at its next container
+    # start is refused before the watch shows the pod (core/isolation.py `config_map_write`).
+    readers = snapshot.env_readers
+    if any(e.reads for e in entries):
+        readers = with_env_reads(readers, (e.env_reads() for e in entries))
+    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index}, observed=observed,
+                   env_readers=readers)
 
 
 class LiveSource:
@@ -112,6 +119,17 @@ class LiveSource:
             self._view = (key, valid_until, snapshot)
         return snapshot
 
+    def fresh_snapshot(self, namespace: str) -> Snapshot:
+        """`snapshot()` with the namespace's reservations read again where replicas share them: a
+        ConfigMap write may come here a moment after another replica admitted a pod that reads it. When
+        the ledger cannot be read, what this replica knows decides (logged)."""
+        try:
+            self.ledger.reread(namespace)
+        except ReservationStoreError as error:
+            log.warning("ConfigMap write in %s decided without other replicas' latest reservations: %s",
+                        namespace, error)
+        return self.snapshot()
+
     def ready(self) -> tuple[bool, str]:
         policy = self.policy()
         if not self.cache.synced():
@@ -133,9 +151,11 @@ class LiveSource:
         return replace(snapshot, groups=records) if records or snapshot.groups else snapshot
 
     def commit(
-        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None
+        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None,
+        pod: Mapping[str, Any] | None = None,
     ) -> Decision:
-        """`group`: the pod's group (core/groups.py), whose record is written with its reservation."""
+        """`group`: the pod's group (core/groups.py), whose record is written with its reservation.
+        `pod`: the pod itself, whose envFrom reads the reservation keeps (read only when it is taken)."""
         refusal = self._refusal(self.policy())
         if refusal is not None:
             return refusal
@@ -179,7 +199,8 @@ class LiveSource:
 
         try:
             decision = self.ledger.commit(
-                uid, namespace, decide_with, dry_run, horizon=self.horizon, droppable=self.droppable
+                uid, namespace, decide_with, dry_run, horizon=self.horizon, droppable=self.droppable,
+                reads=None if pod is None else lambda: env_reads(pod, True),  # reserved: it holds GPUs
             )
             if joined and not decision.allowed:  # decided again after a lost write, and refused then
                 self.groups.forget(joined[-1], uid)

@@ -21,7 +21,8 @@ from webhook.core.inventory import (
     toolkit_from_json,
     vendor_from_json,
 )
-from webhook.core.isolation import config_map_reads, env_from_keys
+from webhook.core.isolation import NO_POD_READS, TERMINAL_PHASES, env_from_keys, env_reads
+from webhook.core.isolation import Reads as EnvReads
 from webhook.core.mig import offer_of, whole_cards
 from webhook.core.model import (
     Allocation,
@@ -40,7 +41,7 @@ from webhook.core.model import (
 from webhook.core.policy import DRA_DEVICE_CLASSES
 from webhook.core.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.record import allocation_from_json
-from webhook.core.resources import is_gpu_pod, parse_pod
+from webhook.core.resources import parse_pod
 from webhook.core.vendor_quota import quota_key, usage_of
 from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
 
@@ -51,7 +52,6 @@ CLUSTER_KINDS = frozenset(
      "ConfigMap"}
 )
 INVENTORY_ANNOTATION = "gpu-admission.io/inventory"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
 QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
     "gpus": ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu", "nvidia.com/gpu"),
@@ -242,27 +242,10 @@ def config_map_of(obj: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
     return namespace, _name(obj), env_from_keys(data)
 
 
-Reads = tuple[str, str, frozenset[tuple[str, str, str]]]  # namespace, pod name, config_map_reads
-NO_READS: Reads = ("", "", frozenset())
-
-
-def env_reads_of(obj: Mapping[str, Any], gpu_like: bool | None = None) -> Reads:
-    """What a live GPU pod (a GPU resource or variable, a decision record, or DRA claims) reads of
-    ConfigMaps through envFrom (core/isolation.py `config_map_reads`). Other pods count for nothing: one
-    that can reach a GPU node runs with NVIDIA_VISIBLE_DEVICES=void, which envFrom cannot override, and
-    has no limit library to switch off. A finished pod restarts no container. `gpu_like`: already known."""
-    metadata = _map(obj.get("metadata"))
-    if _map(obj.get("status")).get("phase") in TERMINAL_PHASES:
-        return NO_READS
-    if gpu_like is None:
-        gpu_like = is_gpu_pod(obj) or ALLOCATION in _map(metadata.get("annotations")) or bool(claim_refs(obj))
-    if not gpu_like:
-        return NO_READS
-    reads = config_map_reads(obj)
-    if not reads:
-        return NO_READS
-    name = metadata.get("name") or metadata.get("generateName") or "?"
-    return str(metadata.get("namespace") or "default"), str(name), reads
+# What live GPU pods read of ConfigMaps through envFrom (core/isolation.py `env_reads`).
+Reads = EnvReads
+NO_READS: Reads = NO_POD_READS
+env_reads_of = env_reads
 
 
 def env_readers_table(pods: Iterable[Reads]) -> dict[str, dict[str, tuple[EnvReader, ...]]]:

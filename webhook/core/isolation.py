@@ -21,13 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import env_pins
+from .dra import claim_refs
 from .env_pins import Unresolved
 from .limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, NO_DEVICES, is_isolation_env
 from .model import Allocation, Decision, EnvReader, PodRequest, Snapshot, Violation
 from .patch import pointer
 from .podshape import shape_error
 from .policy import Policy
-from .vendors import is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
+from .vendors import ALLOCATION, is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
@@ -59,14 +60,21 @@ def env_from_keys(data: object) -> frozenset[str]:
 def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "initContainers")
                 ) -> Iterator[tuple[str, int, str, Mapping[str, Any]]]:
     """(list key, index, label, container) of the given lists."""
-    labels = {"containers": "container", "initContainers": "init container",
-              "ephemeralContainers": "ephemeral container"}
     for key in kinds:
         for index, raw in enumerate(list_of(spec.get(key))):
             container = mapping_of(raw)
-            name = container.get("name")
-            label = f"{labels[key]} {name!r}" if isinstance(name, str) and name else f"{labels[key]} #{index}"
-            yield key, index, label, container
+            yield key, index, _label(key, index, container), container
+
+
+_KIND_LABELS = {"containers": "container", "initContainers": "init container",
+                "ephemeralContainers": "ephemeral container"}
+
+
+def _label(key: str, index: int, container: Mapping[str, Any]) -> str:
+    """How messages name a container: "container 'main'", "init container #0"."""
+    kind = _KIND_LABELS[key]
+    name = container.get("name")
+    return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
 
 
 def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
@@ -133,15 +141,73 @@ def config_map_reads(pod: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
     """(ConfigMap name, prefix, container label) of each envFrom of the pod that reads a ConfigMap with a
     prefix some key could turn into an isolation variable (a source with prefix APP_ is left out)."""
     found: set[tuple[str, str, str]] = set()
-    for _, _, where, container in _containers(mapping_of(pod.get("spec")), ALL_KINDS):
-        for entry in list_of(container.get("envFrom")):
-            source = mapping_of(entry)
-            name = mapping_of(source.get("configMapRef")).get("name")
-            given = source.get("prefix")
-            prefix = given if isinstance(given, str) else ""
-            if isinstance(name, str) and name and not env_pins.harmless(prefix):
-                found.add((name, prefix, where))
+    spec = mapping_of(pod.get("spec"))
+    for key in ALL_KINDS:
+        containers = spec.get(key)
+        if not containers or not isinstance(containers, list):  # as list_of, inlined: read at each admission
+            continue
+        for index, raw in enumerate(containers):
+            container = mapping_of(raw)
+            entries = container.get("envFrom")
+            if not entries:  # most containers: nothing more to read (nor a label to make)
+                continue
+            for entry in list_of(entries):
+                source = mapping_of(entry)
+                name = mapping_of(source.get("configMapRef")).get("name")
+                given = source.get("prefix")
+                prefix = given if isinstance(given, str) else ""
+                if isinstance(name, str) and name and not env_pins.harmless(prefix):
+                    found.add((name, prefix, _label(key, index, container)))
     return frozenset(found) if found else NO_READS
+
+
+Reads = tuple[str, str, frozenset[tuple[str, str, str]]]  # namespace, pod name, config_map_reads
+NO_POD_READS: Reads = ("", "", NO_READS)
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def env_reads(pod: Mapping[str, Any], gpu_like: bool | None = None) -> Reads:
+    """What a live GPU pod (a GPU resource or variable, a decision record, or DRA claims) reads of
+    ConfigMaps through envFrom (`config_map_reads`): what `Snapshot.env_readers` is built from, by the
+    watch cache for the pods it shows and by the sources for the pods they reserved for. Other pods count
+    for nothing: one that can reach a GPU node runs with NVIDIA_VISIBLE_DEVICES=void, which envFrom cannot
+    override, and has no limit library to switch off. A finished pod restarts no container. `gpu_like`:
+    already known."""
+    reads = config_map_reads(pod)  # first: most pods read nothing, and that settles it
+    if not reads or mapping_of(pod.get("status")).get("phase") in TERMINAL_PHASES:
+        return NO_POD_READS
+    metadata = mapping_of(pod.get("metadata"))
+    if gpu_like is None:
+        gpu_like = is_gpu_pod(pod) or ALLOCATION in mapping_of(metadata.get("annotations")) or bool(claim_refs(pod))
+    if not gpu_like:
+        return NO_POD_READS
+    name = metadata.get("name") or metadata.get("generateName") or "?"
+    return str(metadata.get("namespace") or "default"), str(name), reads
+
+
+def with_env_reads(env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]], pods: Iterable[Reads]
+                   ) -> Mapping[str, Mapping[str, tuple[EnvReader, ...]]]:
+    """`env_readers` with the reads of more pods (none of them already counted there) added: each read
+    joins the EnvReader of its (prefix, container), naming the first pod by name and counting it, as the
+    cache builds them. Copies only the namespaces and ConfigMaps it changes."""
+    out: dict[str, Mapping[str, tuple[EnvReader, ...]]] | None = None
+    for namespace, pod, reads in pods:
+        if not reads:
+            continue
+        if out is None:
+            out = dict(env_readers)
+        table = dict(out.get(namespace, {}))
+        for config_map, prefix, where in reads:
+            readers = list(table.get(config_map, ()))
+            for i, reader in enumerate(readers):
+                if (reader.prefix, reader.where) == (prefix, where):
+                    readers[i] = EnvReader(prefix, where, min(reader.pod, pod), reader.pods + 1)
+                    break
+            else:
+                readers.append(EnvReader(prefix, where, pod, 1))
+            table[config_map] = tuple(sorted(readers))
+        out[namespace] = table
+    return env_readers if out is None else out
 
 
 def config_map_refusals(namespace: str, name: str, keys: Iterable[str], readers: Iterable[EnvReader]

@@ -245,11 +245,13 @@ class AdmissionHandler:
         def decide(snapshot: Any) -> Decision:
             return validate(pod, snapshot, policy, namespace=namespace or None)
 
+        # The pod goes with its reservation: what it reads through envFrom is checked at a ConfigMap write
+        # before the watch shows the pod (read from it only when a reservation is taken).
         group = _group_of(pod, namespace, policy)
         if group is None:
-            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run)
+            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, pod=pod)
         else:  # its group's record is written with the reservation (a source that keeps groups)
-            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group)
+            decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group, pod=pod)
         return _from_decision(uid, decision, with_patch=False)
 
     def _record_update(self, incoming: rv.IncomingReview) -> _Outcome:
@@ -283,7 +285,9 @@ class AdmissionHandler:
     def _config_map(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """A ConfigMap written in a namespace: refused when a live GPU pod reads it through envFrom and the
         new data would give it a device or limit variable at its next container start (core/isolation.py).
-        Only the validating webhook decides; nothing is reserved, so a dry run is decided alike."""
+        The pods are those the watch shows and those admitted but not shown yet (their reservations carry
+        their reads; a ledger shared by replicas is read again first). Only the validating webhook
+        decides; nothing is reserved, so a dry run is decided alike."""
         request, uid = incoming.request, incoming.uid
         if endpoint != "validate" or self.core.check_config_map is None or request.get("operation") not in (
             "CREATE", "UPDATE"
@@ -292,9 +296,11 @@ class AdmissionHandler:
         config_map = request.get("object")
         if not isinstance(config_map, dict):
             raise rv.ReviewError(400, "missing request.object: a ConfigMap CREATE or UPDATE must carry it")
-        if _namespace_of(request, _mapping(config_map.get("metadata"))) in self.excluded_namespaces:
+        namespace = _namespace_of(request, _mapping(config_map.get("metadata")))
+        if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
-        decision = self.core.check_config_map(request, self.source.snapshot(), self.policy.get())
+        decision = self.core.check_config_map(request, self.source.fresh_snapshot(namespace or "default"),
+                                            self.policy.get())
         return _from_decision(uid, decision, with_patch=False)
 
     def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:

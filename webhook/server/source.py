@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from webhook.core.group_room import GroupOutcomes, domain_free, has_domains
 from webhook.core.groups import GroupRecord, GroupRef
 from webhook.core.groups import commit as commit_member
+from webhook.core.isolation import Reads, env_reads, with_env_reads
 from webhook.core.model import Allocation, Decision, Snapshot
 from webhook.core.policy import GROUP_LEVELS
 
@@ -28,6 +29,11 @@ class SnapshotSource(Protocol):
         """The current picture, reservations included. Cheap: called for every admission."""
         ...
 
+    def fresh_snapshot(self, namespace: str) -> Snapshot:
+        """`snapshot()`, with the namespace's reservations as a store shared with other replicas has them
+        now (for a ConfigMap write, which must see the pods any replica just admitted)."""
+        ...
+
     def ready(self) -> tuple[bool, str]:
         """Whether admissions may be answered from it, and why (for /readyz)."""
         ...
@@ -36,14 +42,17 @@ class SnapshotSource(Protocol):
         """Seconds since the picture last changed from the cluster's side."""
         ...
 
-    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool) -> Decision:
+    def commit(self, uid: str, namespace: str, decide: Decide, dry_run: bool, *,
+               pod: Mapping[str, Any] | None = None) -> Decision:
         """Atomically decide against the current picture and, when allowed, reserve what was decided.
 
         A reservation is taken only when the decision allows the pod with an allocation and this is not
         a dry run. Two racing commits can never both take the last of a quota. The server passes
         `group=` (core/groups.py) only for a pod of a multi-pod group: a source that keeps group records
         writes the pod into its group's record with the reservation, and refuses it (403
-        `group-domain-taken`) when `groups.commit` does.
+        `group-domain-taken`) when `groups.commit` does. `pod` is the pod itself: the reservation keeps
+        what it reads of ConfigMaps through envFrom (core/isolation.py `env_reads`), which the picture
+        counts in `env_readers` until the pod itself does.
         """
         ...
 
@@ -80,12 +89,16 @@ class StaticSource:
         # topology levels a group could be split over (for the split count): the policy default's
         self._split_over = group_levels if group_levels is not None else GROUP_LEVELS
         self._reservations: dict[str, tuple[str, Allocation]] = {}
+        self._reads: dict[str, Reads] = {}  # pod UID -> its envFrom reads, for pods that have some
         self._groups: dict[str, GroupRecord] = {}  # multi-pod groups' domains (core/groups.py)
         self.outcomes = GroupOutcomes()
         self._lock = threading.Lock()
 
     def snapshot(self) -> Snapshot:
         return self._current
+
+    def fresh_snapshot(self, namespace: str) -> Snapshot:
+        return self._current  # every reservation is this process's own
 
     def ready(self) -> tuple[bool, str]:
         return (
@@ -106,7 +119,8 @@ class StaticSource:
             return dict(self._reservations)
 
     def commit(
-        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None
+        self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None,
+        pod: Mapping[str, Any] | None = None,
     ) -> Decision:
         with self._lock:
             seen_before = uid in self._reservations
@@ -131,10 +145,18 @@ class StaticSource:
                 # admitted with no domain where there were some: the group is split
                 self.outcomes.placed(group.key, "", 0, 0, False)
             self._reservations[uid] = (namespace, allocation)
+            _, name, reads = env_reads(pod, True) if pod is not None else ("", "", None)
+            if reads:
+                self._reads[uid] = (namespace, name, reads)
+            else:
+                self._reads.pop(uid, None)
             if seen_before:
                 self._current = self._rebuild(exclude=None)
             else:
                 self._current = self._add_allocation(view, namespace, allocation)
+                if reads:
+                    self._current = replace(self._current, env_readers=with_env_reads(
+                        self._current.env_readers, [(namespace, name, reads)]))
             if self._groups:
                 self._current = replace(self._current, groups=dict(self._groups))
             return decision
@@ -144,4 +166,7 @@ class StaticSource:
         for uid, (namespace, allocation) in self._reservations.items():
             if uid != exclude:
                 snapshot = self._add_allocation(snapshot, namespace, allocation)
+        reads = [found for uid, found in self._reads.items() if uid != exclude]
+        if reads:
+            snapshot = replace(snapshot, env_readers=with_env_reads(snapshot.env_readers, reads))
         return replace(snapshot, groups=dict(self._groups)) if self._groups else snapshot

@@ -223,6 +223,9 @@ def test_two_replicas_sharing_the_ledger_refuse_the_edit_whichever_admitted_the_
     assert [e.uid for e in b.ledger.active()] == ["uid-plain"]  # what B knew before the write came
     assert refused(server_b.write(AFTER))  # B reads the ledger again first
     assert refused(server_a.write(AFTER))
+    # Read again unchanged, the ledger leaves the snapshot built on it as it was.
+    view = b.snapshot()
+    assert refused(server_b.write(AFTER)) and b.snapshot() is view
     # A third replica started after the admission reads the reads from the ledger.
     c, server_c = api_replica(api)
     assert refused(server_c.write(AFTER))

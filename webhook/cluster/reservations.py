@@ -230,8 +230,11 @@ class ApiStore:
 
     def _remember(self, namespace: str, stored: _Stored) -> None:
         with self._guard:
+            before = self._stored.get(namespace)
             self._stored[namespace] = stored
-            self._version += 1
+            # The same object read again (a ConfigMap write's `reread`) keeps the views built on it.
+            if before is None or before.resource_version is None or before.resource_version != stored.resource_version:
+                self._version += 1
 
     def _read(self, namespace: str) -> _Stored:
         try:

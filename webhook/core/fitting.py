@@ -40,6 +40,7 @@ class Demand:
     uuids_include: tuple[str, ...]
     uuids_exclude: tuple[str, ...]
     key: tuple[Any, ...]
+    gpu_key: tuple[Any, ...]  # `key` less the host CPU and memory: what the choice of GPUs depends on
     allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels, lower-cased substrings
     cordon_ok: bool = False  # tolerates node.kubernetes.io/unschedulable: cordoned nodes may host it
 
@@ -62,7 +63,7 @@ def demand_of(request: PodRequest, allowed_models: tuple[str, ...] = (), cordon_
     return Demand(
         request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
         request.cpu_milli, request.memory_mib_host, include, exclude, required, aware, request.gpu_placement,
-        request.uuids_include, request.uuids_exclude, key, allowed, cordon_ok,
+        request.uuids_include, request.uuids_exclude, key, key[:6] + key[8:], allowed, cordon_ok,
     )  # fmt: skip
 
 
@@ -182,17 +183,28 @@ def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, policy: st
     if found is None:
         if len(memo) >= MEMO_LIMIT:
             memo.clear()
-        found = memo[key] = _choose(state, fit, allowed, demand, policy)
+        node = state.shape.template
+        if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
+            found = "cpu"
+        elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
+            found = "host-memory"
+        else:
+            # The GPUs do not depend on the pod's CPU and memory: pods of other CPU and memory share them.
+            gpus = (_GPUS, demand.gpu_key, allowed, policy)
+            found = memo.get(gpus)
+            if found is None:
+                found = memo[gpus] = _choose(state, fit, allowed, demand, policy)
+        memo[key] = found
     return found
 
 
+_GPUS = "fitting: the GPUs"  # memo key prefix of choose_gpus' choice by the GPU part of the demand
+
+
 def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -> Choice | str:
+    """The GPUs (or why none), once the node has the CPU and memory for the pod."""
     node = state.shape.template
     graph = state.shape.graph
-    if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
-        return "cpu"
-    if node.memory_mib > 0 and state.free_memory < demand.host_memory:
-        return "host-memory"
     if demand.exclusive:
         free = allowed & state.idle
         if free.bit_count() < demand.count:

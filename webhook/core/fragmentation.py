@@ -52,9 +52,10 @@ class _Mix:
     """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind.
 
     `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
-    when the kind registry was dropped (`generation`)."""
+    when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
+    for filling a state's vector a group at a time."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "keys", "since")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
@@ -62,6 +63,10 @@ class _Mix:
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
         self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
+        self.groups: tuple[_Group, ...] = ()
+        self.keys = frozenset((k[0], k[1], k[3], k[4], k[5]) for k in kinds)  # the kinds, weights left out
+        # Per earlier mix (by identity, held): the groups with a kind that mix has not (`added`).
+        self.since: dict[int, tuple[_Mix, tuple[_Group, ...]]] = {}
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
         if self.generation != _REGISTRY.generation:
@@ -71,7 +76,36 @@ class _Mix:
                 entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
             self.entries, self.generation = entries, _REGISTRY.generation
             self.indices = tuple(e[0] for e in entries)
+            self.groups = _groups(entries)
+            self.since = {}
         return self.entries
+
+    def added(self, last: _Mix) -> tuple[_Group, ...]:
+        """The groups with a kind `last` has not: what a state computed under `last` lacks (indexed)."""
+        found = self.since.get(id(last))
+        if found is not None and found[0] is last:
+            return found[1]
+        known = last.keys
+        groups = tuple(g for g in self.groups
+                       if any((g[0][0], g[0][1], cpu, memory, g[1]) not in known for _, cpu, memory in g[5]))
+        if len(self.since) >= 64:
+            self.since.clear()
+        self.since[id(last)] = (last, groups)
+        return groups
+
+
+# Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
+# any of them needs, the members' indices, the members as (index, CPU, memory)).
+_Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...]]
+
+
+def _groups(entries: tuple[tuple[int, float, _Kind], ...]) -> tuple[_Group, ...]:
+    found: dict[tuple[int, int, tuple[str, ...]], list[tuple[int, int, int]]] = {}
+    for index, _, (gpus, milli, _, cpu, memory, models) in entries:
+        found.setdefault((gpus, milli, models), []).append((index, cpu, memory))
+    return tuple(((gpus, milli), models, max(m[1] for m in members), max(m[2] for m in members),
+                  tuple(m[0] for m in members), tuple(members))
+                 for (gpus, milli, models), members in found.items())
 
 
 class _Registry:
@@ -102,7 +136,7 @@ class _Registry:
 _KINDS_LIMIT = 1 << 12
 _REGISTRY = _Registry()
 # Per (GPU model, state): each kind's fragmentation (thousandths), NaN where not computed yet.
-_VECTORS: dict[tuple[str, _State], array[float]] = {}
+_VECTORS: dict[tuple[str, _State], Measured] = {}
 _VECTORS_LIMIT = 1 << 17
 _NAN = float("nan")
 
@@ -180,6 +214,11 @@ def fragmentation_delta(
     return now - was + TIE_BREAK * free / MILLI
 
 
+def node_state(node: Node, usage: NodeUsage) -> _State:
+    """The node's state as the measure sees it (what `node_states` gives before and after)."""
+    return _state(node, usage)
+
+
 def node_states(node: Node, before: NodeUsage | _State, after: NodeUsage) -> tuple[str, _State, _State]:
     """What `states_delta` needs of a node before and after a placement (`before` as usage or as the
     state an earlier call returned); it does not depend on the mix, so the scorer keeps it per class of
@@ -196,19 +235,65 @@ def states_delta(states: tuple[str, _State, _State], mix: tuple[WorkloadShape, .
             + TIE_BREAK * sum(after[0]) / MILLI)
 
 
-def _vector(model: str, state: _State) -> array[float]:
-    """The state's per-kind values, as long as the registry (NaN where not computed yet)."""
+class Measured:
+    """One (GPU model, state): each kind's value (as long as the registry, NaN where not computed yet;
+    `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
+    The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
+
+    __slots__ = ("model", "state", "free", "values", "generation", "mix", "expected")
+
+    def __init__(self, model: str, state: _State) -> None:
+        self.model = model
+        self.state = state
+        self.free = sum(state[0])  # free thousandths
+        self.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
+        self.generation = _REGISTRY.generation
+        self.mix: _Mix | None = None
+        self.expected = 0.0
+
+
+def measured(model: str, state: _State) -> Measured:
+    """The state's `Measured`, shared by every option that reaches the state."""
     key = (model, state)
-    vector = _VECTORS.get(key)
-    size = len(_REGISTRY.indices)
-    if vector is None or len(vector) < size:
-        if vector is None and len(_VECTORS) >= _VECTORS_LIMIT:
+    found = _VECTORS.get(key)
+    if found is None:
+        if len(_VECTORS) >= _VECTORS_LIMIT:
             _VECTORS.clear()
-        grown = array("d", [_NAN]) * max(size, 1)
-        if vector is not None:
-            grown[: len(vector)] = vector
-        vector = _VECTORS[key] = grown
-    return vector
+        found = _VECTORS[key] = Measured(model, state)
+    return found
+
+
+def compiled_mix(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    """The mix as `expected` takes it (memoised by the tuple's identity)."""
+    return _compiled(mix)
+
+
+def expected(found: Measured, mix: _Mix) -> float:
+    """The state's fragmentation under the mix (GPU units): `node_fragmentation`'s value."""
+    if found.mix is mix:
+        return found.expected
+    if not found.state[0]:
+        value = 0.0
+    else:
+        if mix.generation != _REGISTRY.generation:
+            mix.indexed()
+        values = found.values
+        last = found.mix  # every kind of the last mix is computed for the state
+        if found.generation != _REGISTRY.generation:  # the registry was dropped: indices mean other kinds
+            values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
+            found.generation = _REGISTRY.generation
+            last = None
+        elif len(values) < len(_REGISTRY.indices):
+            grown = array("d", [_NAN]) * len(_REGISTRY.indices)
+            grown[: len(values)] = values
+            values = found.values = grown
+        groups = mix.groups if last is None else mix.added(last)
+        if groups:
+            _fill(found.model, found.state, values, groups)
+        # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
+        value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
+    found.mix, found.expected = mix, value
+    return value
 
 
 def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float, int]:
@@ -272,21 +357,70 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     once as many such tasks as the cards, CPU and memory allow have been placed. Each kind's value is
     kept per state (`_VECTORS`), so that a mix with other weights costs only the weighted sum.
     """
-    free = state[0]
-    if not free:
+    if not state[0]:
         return 0.0
-    entries = mix.indexed()
-    vector = _vector(model, state)
-    # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
-    expected: float = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
-    if expected != expected:  # NaN: some kinds not computed for this state yet
-        cards: dict[tuple[int, int], tuple[int, int]] = {}
-        total = sum(free)
-        for index, _, kind in entries:
-            if vector[index] != vector[index]:
-                vector[index] = _kind_value(model, state, kind, cards, total)
-        expected = sum(map(mul, mix.weights, map(vector.__getitem__, mix.indices)))
-    return expected / MILLI
+    found = _VECTORS.get((model, state))
+    if found is not None and found.mix is mix:
+        return found.expected
+    return expected(measured(model, state), mix)
+
+
+# Per free-capacity vector: (slots, stranded) per (GPUs, share), as `_kind_value` counts them; shared by
+# the states that differ only in CPU and memory.
+_CARDS: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, int]]] = {}
+_CARDS_LIMIT = 1 << 15
+# Whether a node model matches a kind's models (substrings), per (model, models).
+_HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
+
+
+def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...]) -> None:
+    """The values of these groups' kinds for the state (the same as `_kind_value`'s), a group at a time:
+    a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
+    value for all its kinds."""
+    free, cpu, memory = state
+    total = sum(free)
+    cards = _CARDS.get(free)
+    if cards is None:
+        if len(_CARDS) >= _CARDS_LIMIT:
+            _CARDS.clear()
+        cards = _CARDS[free] = {}
+    for shape, models, most_cpu, most_memory, indices, members in groups:
+        if models:
+            hosts = _HOSTS.get((model, models))
+            if hosts is None:
+                hosts = _HOSTS[(model, models)] = any(m in model for m in models)
+            if not hosts:
+                for index in indices:
+                    values[index] = float(total)
+                continue
+        found = cards.get(shape)
+        if found is None:
+            gpus, milli = shape
+            fitting = sum(1 for f in free if f >= milli)
+            slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+            stranded = total if fitting < gpus else sum(f for f in free if f < milli)
+            found = cards[shape] = (slots, stranded)
+        slots, stranded = found
+        gpus, milli = shape
+        times = slots or 1
+        if cpu >= times * most_cpu and memory >= times * most_memory:
+            # No kind of the group is held back by CPU or memory: each takes `slots` tasks.
+            value = (float(stranded) if milli == MILLI
+                     else FILLED * (total - slots * gpus * milli) + (1 - FILLED) * stranded)
+            for index in indices:
+                values[index] = value
+            continue
+        for index, cpu_need, memory_need in members:
+            next_task = total if cpu < cpu_need or memory < memory_need else stranded
+            if milli == MILLI:
+                values[index] = float(next_task)
+                continue
+            tasks = slots
+            if cpu_need and tasks:
+                tasks = min(tasks, cpu // cpu_need)
+            if memory_need and tasks:
+                tasks = min(tasks, memory // memory_need)
+            values[index] = FILLED * (total - tasks * gpus * milli) + (1 - FILLED) * next_task
 
 
 def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]],

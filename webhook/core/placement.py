@@ -194,6 +194,18 @@ def _candidates(
             busy = len(reachable) - len(special)  # less those seen in the classes below
         allowed = verdict.allowed
         key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
+        if reachable is None and not special:  # every class of the shape, whole (the common case)
+            for node_class in index.classes(shape, first):
+                state = node_class.state
+                choice = state.memo.get(key)
+                if choice is None:
+                    choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
+                if isinstance(choice, str):
+                    reject(choice, len(node_class.names))
+                else:
+                    out.append(Candidate(state, node_class.names, choice, verdict, allowed))
+            reject("busy", busy)
+            continue
         for node_class in index.classes(shape, first):
             names = node_class.names
             if reachable is not None:

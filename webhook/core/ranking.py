@@ -24,7 +24,10 @@ def best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementCon
     ranked = []
     for k, c in enumerate(cands):
         ranked.append((c.loss if topology_first else 0.0, -c.score, c.names[0], k))
-    ranked.sort()
+    if limit == 1 and preferences is None and ranked:
+        ranked = [min(ranked)]  # the first of the sorted list, and the first name of its class
+    else:
+        ranked.sort()
     options: list[Option] = []
     i = 0
     while i < len(ranked) and len(options) < limit:

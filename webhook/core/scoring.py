@@ -156,11 +156,12 @@ def _fragmentation_scores(
 
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
-    from .fragmentation import default_mix, node_states, states_delta
+    from .fragmentation import MILLI, TIE_BREAK, compiled_mix, default_mix, expected
 
     mix = ctx.workload_mix or default_mix()
     placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
     signature = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, mix))
+    compiled = None
     scores = []
     for cand in cands:
         memo = cand.state.memo
@@ -172,20 +173,20 @@ def _fragmentation_scores(
             options = memo.get((placing, cand.allowed))
             if options is None:
                 node = cand.state.shape.template
-                before = cand.state.usage
                 alternatives = [cand.choice]
                 if not demand.exclusive and demand.count == 1:
                     alternatives = list(cand.choice.alternatives) or alternatives
-                was = memo.get(_BEFORE) or before
-                options = [(choice, node_states(node, was, usage_after(before, choice, demand, node)))
-                           for choice in alternatives]
-                if len(memo) >= MEMO_LIMIT:
-                    memo.clear()
-                memo[_BEFORE] = options[0][1][1]
+                options = _options(cand.state, node, alternatives, demand)
                 memo[(placing, cand.allowed)] = options
+            if compiled is None:
+                compiled = compiled_mix(mix)
+            before, after = options
+            # `expected`, its memo looked up inline (the hot loop); the arithmetic is `states_delta`'s.
+            was = before.expected if before.mix is compiled else expected(before, compiled)
             best: tuple[float, Choice] | None = None
-            for choice, states in options:
-                delta = states_delta(states, mix)
+            for choice, state in after:
+                now = state.expected if state.mix is compiled else expected(state, compiled)
+                delta = now - was + TIE_BREAK * state.free / MILLI
                 if best is None or delta < best[0]:
                     best = (delta, choice)
             assert best is not None
@@ -195,6 +196,39 @@ def _fragmentation_scores(
         cand.choice = found[1]
         scores.append(-found[0])
     return scores
+
+
+_FREE_AFTER = "fragmentation: free capacity after"  # per-class memo key prefix, with the GPUs taken
+
+
+def _options(state: State, node: Node, alternatives: list[Choice], demand: Demand) -> tuple[Any, Any]:
+    """The node's state before (`fragmentation.Measured`), and each alternative with the state after it.
+    The free cards after taking some GPUs do not depend on the pod's CPU and memory: kept per class and
+    GPUs taken, so that pods of one share but other CPU and memory only subtract those."""
+    from .fragmentation import measured, node_state, node_states
+
+    memo = state.memo
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    model = node.gpu_model.lower()
+    before = memo.get(_BEFORE)
+    if before is None:
+        before = memo[_BEFORE] = measured(model, node_state(node, state.usage))
+    was = before.state
+    cpu = was[1] - demand.cpu if node.cpu_milli > 0 else was[1]
+    host_memory = was[2] - demand.host_memory if node.memory_mib > 0 else was[2]
+    after = []
+    for choice in alternatives:
+        if choice.gpus:
+            key = (_FREE_AFTER, choice.gpus, choice.memory, choice.cores, demand.exclusive)
+            free = memo.get(key)
+            if free is None:
+                taking = taken(node, state.usage, choice.gpus, choice.memory, choice.cores, demand.exclusive, 0, 0)
+                free = memo[key] = node_states(node, was, taking)[2][0]
+        else:
+            free = was[0]
+        after.append((choice, measured(model, (free, cpu, host_memory))))
+    return before, tuple(after)
 
 
 def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:

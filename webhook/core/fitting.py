@@ -40,7 +40,6 @@ class Demand:
     uuids_include: tuple[str, ...]
     uuids_exclude: tuple[str, ...]
     key: tuple[Any, ...]
-    gpu_key: tuple[Any, ...]  # `key` less the host CPU and memory: what the choice of GPUs depends on
     allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels, lower-cased substrings
     cordon_ok: bool = False  # tolerates node.kubernetes.io/unschedulable: cordoned nodes may host it
 
@@ -63,7 +62,7 @@ def demand_of(request: PodRequest, allowed_models: tuple[str, ...] = (), cordon_
     return Demand(
         request.vendor, request.gpus, request.memory_mib, request.memory_pct, request.cores, exclusive,
         request.cpu_milli, request.memory_mib_host, include, exclude, required, aware, request.gpu_placement,
-        request.uuids_include, request.uuids_exclude, key, key[:6] + key[8:], allowed, cordon_ok,
+        request.uuids_include, request.uuids_exclude, key, allowed, cordon_ok,
     )  # fmt: skip
 
 
@@ -189,8 +188,9 @@ def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, policy: st
         elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
             found = "host-memory"
         else:
-            # The GPUs do not depend on the pod's CPU and memory: pods of other CPU and memory share them.
-            gpus = (_GPUS, demand.gpu_key, allowed, policy)
+            # The GPUs do not depend on the pod's CPU and memory (`key`'s 7th and 8th): pods of other CPU
+            # and memory share them.
+            gpus = (_GPUS, demand.key[:6], demand.key[8:], allowed, policy)
             found = memo.get(gpus)
             if found is None:
                 found = memo[gpus] = _choose(state, fit, allowed, demand, policy)

@@ -53,9 +53,9 @@ class _Mix:
 
     `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
-    for filling a state's vector a group at a time."""
+    for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "keys", "since")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
@@ -64,9 +64,7 @@ class _Mix:
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
         self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
         self.groups: tuple[_Group, ...] = ()
-        self.keys = frozenset((k[0], k[1], k[3], k[4], k[5]) for k in kinds)  # the kinds, weights left out
-        # Per earlier mix (by identity, held): the groups with a kind that mix has not (`added`).
-        self.since: dict[int, tuple[_Mix, tuple[_Group, ...]]] = {}
+        self.mask = 0
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
         if self.generation != _REGISTRY.generation:
@@ -77,26 +75,13 @@ class _Mix:
             self.entries, self.generation = entries, _REGISTRY.generation
             self.indices = tuple(e[0] for e in entries)
             self.groups = _groups(entries)
-            self.since = {}
+            self.mask = sum(1 << i for i in set(self.indices))
         return self.entries
-
-    def added(self, last: _Mix) -> tuple[_Group, ...]:
-        """The groups with a kind `last` has not: what a state computed under `last` lacks (indexed)."""
-        found = self.since.get(id(last))
-        if found is not None and found[0] is last:
-            return found[1]
-        known = last.keys
-        groups = tuple(g for g in self.groups
-                       if any((g[0][0], g[0][1], cpu, memory, g[1]) not in known for _, cpu, memory in g[5]))
-        if len(self.since) >= 64:
-            self.since.clear()
-        self.since[id(last)] = (last, groups)
-        return groups
 
 
 # Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
-# any of them needs, the members' indices, the members as (index, CPU, memory)).
-_Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...]]
+# any of them needs, the members' indices, the members as (index, CPU, memory), the indices as bits).
+_Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...], int]
 
 
 def _groups(entries: tuple[tuple[int, float, _Kind], ...]) -> tuple[_Group, ...]:
@@ -104,7 +89,7 @@ def _groups(entries: tuple[tuple[int, float, _Kind], ...]) -> tuple[_Group, ...]
     for index, _, (gpus, milli, _, cpu, memory, models) in entries:
         found.setdefault((gpus, milli, models), []).append((index, cpu, memory))
     return tuple(((gpus, milli), models, max(m[1] for m in members), max(m[2] for m in members),
-                  tuple(m[0] for m in members), tuple(members))
+                  tuple(m[0] for m in members), tuple(members), sum(1 << i for i in {m[0] for m in members}))
                  for (gpus, milli, models), members in found.items())
 
 
@@ -240,7 +225,7 @@ class Measured:
     `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
     The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
 
-    __slots__ = ("model", "state", "free", "values", "generation", "mix", "expected")
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected")
 
     def __init__(self, model: str, state: _State) -> None:
         self.model = model
@@ -248,6 +233,7 @@ class Measured:
         self.free = sum(state[0])  # free thousandths
         self.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
         self.generation = _REGISTRY.generation
+        self.known = 0  # the indices of the kinds computed, as bits
         self.mix: _Mix | None = None
         self.expected = 0.0
 
@@ -278,18 +264,18 @@ def expected(found: Measured, mix: _Mix) -> float:
         if mix.generation != _REGISTRY.generation:
             mix.indexed()
         values = found.values
-        last = found.mix  # every kind of the last mix is computed for the state
         if found.generation != _REGISTRY.generation:  # the registry was dropped: indices mean other kinds
             values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
             found.generation = _REGISTRY.generation
-            last = None
+            found.known = 0
         elif len(values) < len(_REGISTRY.indices):
             grown = array("d", [_NAN]) * len(_REGISTRY.indices)
             grown[: len(values)] = values
             values = found.values = grown
-        groups = mix.groups if last is None else mix.added(last)
-        if groups:
-            _fill(found.model, found.state, values, groups)
+        missing = mix.mask & ~found.known
+        if missing:
+            _fill(found.model, found.state, values, mix.groups, missing)
+            found.known |= mix.mask
         # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
     found.mix, found.expected = mix, value
@@ -373,8 +359,9 @@ _CARDS_LIMIT = 1 << 15
 _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
-def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...]) -> None:
-    """The values of these groups' kinds for the state (the same as `_kind_value`'s), a group at a time:
+def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int) -> None:
+    """The values of the kinds of the groups with a kind in `missing` (bits of indices) for the state (the
+    same as `_kind_value`'s), a group at a time:
     a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
     value for all its kinds."""
     free, cpu, memory = state
@@ -384,7 +371,9 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
         if len(_CARDS) >= _CARDS_LIMIT:
             _CARDS.clear()
         cards = _CARDS[free] = {}
-    for shape, models, most_cpu, most_memory, indices, members in groups:
+    for shape, models, most_cpu, most_memory, indices, members, mask in groups:
+        if not mask & missing:
+            continue
         if models:
             hosts = _HOSTS.get((model, models))
             if hosts is None:
@@ -410,17 +399,20 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
             for index in indices:
                 values[index] = value
             continue
+        if milli == MILLI:  # the next-task view only: all of it, or the stranded cards
+            held, fitting_value = float(total), float(stranded)
+            for index, cpu_need, memory_need in members:
+                values[index] = held if cpu < cpu_need or memory < memory_need else fitting_value
+            continue
+        placed = gpus * milli
         for index, cpu_need, memory_need in members:
             next_task = total if cpu < cpu_need or memory < memory_need else stranded
-            if milli == MILLI:
-                values[index] = float(next_task)
-                continue
             tasks = slots
             if cpu_need and tasks:
                 tasks = min(tasks, cpu // cpu_need)
             if memory_need and tasks:
                 tasks = min(tasks, memory // memory_need)
-            values[index] = FILLED * (total - tasks * gpus * milli) + (1 - FILLED) * next_task
+            values[index] = FILLED * (total - tasks * placed) + (1 - FILLED) * next_task
 
 
 def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]],

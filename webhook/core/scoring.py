@@ -210,10 +210,10 @@ def _options(state: State, node: Node, alternatives: list[Choice], demand: Deman
     memo = state.memo
     if len(memo) >= MEMO_LIMIT:
         memo.clear()
-    model = node.gpu_model.lower()
     before = memo.get(_BEFORE)
     if before is None:
-        before = memo[_BEFORE] = measured(model, node_state(node, state.usage))
+        before = memo[_BEFORE] = measured(node.gpu_model.lower(), node_state(node, state.usage))
+    model = before.model
     was = before.state
     cpu = was[1] - demand.cpu if node.cpu_milli > 0 else was[1]
     host_memory = was[2] - demand.host_memory if node.memory_mib > 0 else was[2]

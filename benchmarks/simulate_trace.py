@@ -50,12 +50,17 @@ def main() -> None:
         results[policy] = wall
         print(f"{policy:14} {wall:7.1f} s  {pods / wall:8,.0f} pods/s  unallocated at 100 %: {unallocated:.2f} %")
     if args.paper:
-        ours = fragmentation._fragmentation
-        fragmentation._fragmentation = fragmentation._paper_fragmentation  # type: ignore[assignment]
+        # The scorer reads each option's value through `expected` (its per-mix memo left unset here).
+        ours = fragmentation.expected
+
+        def paper(found: fragmentation.Measured, mix: object) -> float:
+            return fragmentation._paper_fragmentation(found.model, found.state, mix)  # type: ignore[arg-type]
+
+        fragmentation.expected = paper  # type: ignore[assignment]
         try:
             wall, pods, unallocated = measure(trace, args.workload, "fragmentation", seeds)
         finally:
-            fragmentation._fragmentation = ours  # type: ignore[assignment]
+            fragmentation.expected = ours  # type: ignore[assignment]
         print(
             f"{'paper measure':14} {wall:7.1f} s  {pods / wall:8,.0f} pods/s  unallocated at 100 %: {unallocated:.2f} %"
         )

@@ -8,6 +8,7 @@ fit) is the one the watch cache keeps (`core.mixlearn.Histogram`), read by the s
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 from array import array
@@ -174,19 +175,29 @@ def drive(
     allocated_log: array[int] = array("q")
     arrived = allocated = failed = unplaced_cpu_only = 0
     started = time.perf_counter()
-    for i, pod in enumerate(arrivals, 1):
-        arrived += pod.gpu_milli
-        placed = decide(i, pod)
-        if placed:
-            allocated += pod.gpu_milli
-        elif placed is None:
-            unplaced_cpu_only += 1
-        else:
-            failed += 1
-        arrived_log.append(arrived)
-        allocated_log.append(allocated)
-        if progress is not None and i % progress_every == 0:
-            progress(progress_every)
+    # The placement memos hold a few hundred thousand objects that live for the whole run: the cyclic
+    # collector would scan them again and again (a third of the run's time). It runs once at the end
+    # instead (a seed with it off peaks at about 250 MB).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for i, pod in enumerate(arrivals, 1):
+            arrived += pod.gpu_milli
+            placed = decide(i, pod)
+            if placed:
+                allocated += pod.gpu_milli
+            elif placed is None:
+                unplaced_cpu_only += 1
+            else:
+                failed += 1
+            arrived_log.append(arrived)
+            allocated_log.append(allocated)
+            if progress is not None and i % progress_every == 0:
+                progress(progress_every)
+    finally:
+        if collecting:
+            gc.enable()
+            gc.collect()
     if progress is not None and len(arrivals) % progress_every:
         progress(len(arrivals) % progress_every)
     return Run(

@@ -137,6 +137,14 @@ _VALUES_LIMIT = 1 << 18
 _STATES: dict[tuple[int, NodeUsage], _State] = {}
 
 
+def forget() -> None:
+    """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
+    cluster, so that the next one starts with small tables (a replay per seed)."""
+    for memo in (_VALUES, _HELD, _STATES, _VECTORS, _CARDS):
+        memo.clear()
+    _paper_fragmentation.cache_clear()
+
+
 def default_mix() -> tuple[WorkloadShape, ...]:
     """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
     from .placement import WorkloadShape

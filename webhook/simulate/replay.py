@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..core.fragmentation import forget
 from ..core.mixlearn import Histogram, hosts_of, mix_of, request_shape
 from ..core.model import GpuUsage, Node, NodeUsage, PodRequest
 from ..core.placement import NodeIndex, PlacementContext, WorkloadShape, commit, place
@@ -129,6 +130,7 @@ def replay(
     """Place `arrivals` one at a time with `policy`; a pod that fits nowhere fails and is not retried.
 
     `mix`: "learn" (as the webhook does), "default" (`default_mix()`), or a fixed mix."""
+    forget()  # the last replay's node states: another cluster's, never looked up again
     by_name: Mapping[str, Node] = {n.name: n for n in nodes}
     index = NodeIndex.build(by_name, {n.name: empty_usage(n) for n in nodes})
     learn = mix == LEARN

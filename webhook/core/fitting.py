@@ -15,7 +15,10 @@ from .model import PodRequest, TopologyClass, TopologyPreference
 from .nodeindex import LEVELS, Shape, State, share_level
 from .topology import GpuSet, mask_of
 
-MEMO_LIMIT = 256
+# Entries per memo (a shape's verdicts, a node state's choices and scores) before it is dropped whole. A
+# decision adds about five to each class it scores, and a long-lived state (idle nodes) sees every kind
+# of pod: at 256 such memos were dropped every fifty or so kinds, a third of a trace replay's time.
+MEMO_LIMIT = 1024
 
 
 @dataclass(slots=True)

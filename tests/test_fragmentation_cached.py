@@ -4,12 +4,14 @@ in any order of mixes, and the scorer's choices under a changing mix are those o
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 
 import webhook.core.fragmentation as fragmentation
 from webhook.core.fragmentation import (
+    FILLED,
     MILLI,
     TIE_BREAK,
     compiled_mix,
@@ -28,6 +30,17 @@ CARD = 16000
 MODELS = ("A10", "T4", "V100M32")
 
 
+def brute_waste(free: int, sizes: tuple[int, ...]) -> float:
+    """What of a card's free part the shares leave unused, each next share drawn alike among those that
+    fit, by the recursion itself."""
+    @functools.lru_cache(maxsize=None)
+    def waste(left: int) -> float:
+        fits = [s for s in sizes if s <= left]
+        return float(left) if not fits else sum(waste(left - s) for s in fits) / len(fits)
+
+    return waste(free)
+
+
 def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[WorkloadShape, ...]) -> float:
     """The measure straight from its definition (module docstring), one kind at a time."""
     total = sum(free)
@@ -35,6 +48,7 @@ def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[Workloa
         return 0.0
     kinds = [k for k in mix if k.gpus > 0 and k.milli > 0 and k.weight > 0]
     weights = sum(k.weight for k in kinds)
+    sizes = tuple(sorted({min(k.milli, MILLI) for k in kinds if k.gpus == 1 and k.milli < MILLI}))
     value = 0.0
     for k in kinds:
         milli = min(k.milli, MILLI)
@@ -43,7 +57,13 @@ def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[Workloa
         else:
             fitting = sum(1 for f in free if f >= milli)
             slots = sum(f // milli for f in free) if k.gpus == 1 else fitting // k.gpus
-            stranded = total if fitting < k.gpus else sum(f for f in free if f < milli)
+            sharing = k.gpus == 1 and milli < MILLI and fitting >= 1
+            if fitting < k.gpus:
+                stranded = float(total)
+            elif sharing:
+                stranded = sum(brute_waste(f, sizes) for f in free if f < milli)
+            else:
+                stranded = float(sum(f for f in free if f < milli))
             next_task = total if cpu < k.cpu_milli or memory < k.memory_mib else stranded
             if milli == MILLI:
                 v = float(next_task)
@@ -53,7 +73,11 @@ def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[Workloa
                     tasks = min(tasks, cpu // k.cpu_milli)
                 if k.memory_mib:
                     tasks = min(tasks, memory // k.memory_mib)
-                v = 0.5 * (total - tasks * k.gpus * milli) + 0.5 * next_task
+                if tasks == slots and sharing:
+                    left = sum(brute_waste(f % milli, sizes) for f in free)
+                else:
+                    left = total - tasks * k.gpus * milli
+                v = FILLED * left + (1 - FILLED) * next_task
         value += k.weight / weights * v
     return value / MILLI
 

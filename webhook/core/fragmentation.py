@@ -55,10 +55,13 @@ class _Mix:
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
     for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes", "waste")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
+        # The shares single-GPU kinds take of a card, and what of a card's free part they leave unused.
+        self.sizes = tuple(sorted({k[1] for k in kinds if k[0] == 1 and k[1] < MILLI}))
+        self.waste = waste_table(self.sizes)
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
@@ -77,6 +80,22 @@ class _Mix:
             self.groups = _groups(entries)
             self.mask = sum(1 << i for i in set(self.indices))
         return self.entries
+
+
+@lru_cache(maxsize=64)
+def waste_table(sizes: tuple[int, ...]) -> array[float]:
+    """For each free part of a card (0..MILLI thousandths), how much of it stays unused when tasks of the
+    mix's card-sharing shares fill it, each next one drawn alike from the shares that still fit, until
+    none does. A card's remainder that some share fills exactly wastes nothing; a 190 left beside an 810
+    task, where only rarer small shares fit, wastes most of itself. The shares' weights are left out, so
+    the table (and every state's values) changes only when the set of shares does, not with each new mix."""
+    table = array("d", [0.0]) * (MILLI + 1)
+    fitting: list[int] = []
+    for free in range(MILLI + 1):
+        while len(fitting) < len(sizes) and sizes[len(fitting)] <= free:
+            fitting.append(sizes[len(fitting)])
+        table[free] = sum(table[free - size] for size in fitting) / len(fitting) if fitting else float(free)
+    return table
 
 
 # Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
@@ -233,7 +252,7 @@ class Measured:
     `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
     The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
 
-    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected")
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes")
 
     def __init__(self, model: str, state: _State) -> None:
         self.model = model
@@ -244,6 +263,7 @@ class Measured:
         self.known = 0  # the indices of the kinds computed, as bits
         self.mix: _Mix | None = None
         self.expected = 0.0
+        self.sizes: tuple[int, ...] = ()  # the shares the values were computed against
 
 
 def measured(model: str, state: _State) -> Measured:
@@ -272,17 +292,20 @@ def expected(found: Measured, mix: _Mix) -> float:
         if mix.generation != _REGISTRY.generation:
             mix.indexed()
         values = found.values
-        if found.generation != _REGISTRY.generation:  # the registry was dropped: indices mean other kinds
+        if found.generation != _REGISTRY.generation or found.sizes != mix.sizes:
+            # The registry was dropped (indices mean other kinds), or the mix's shares changed (so did what
+            # a card's remainder wastes): compute again.
             values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
             found.generation = _REGISTRY.generation
             found.known = 0
+            found.sizes = mix.sizes
         elif len(values) < len(_REGISTRY.indices):
             grown = array("d", [_NAN]) * len(_REGISTRY.indices)
             grown[: len(values)] = values
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.groups, missing)
+            _fill(found.model, found.state, values, mix.groups, missing, mix.waste)
             found.known |= mix.mask
         # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
@@ -359,26 +382,28 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     return expected(measured(model, state), mix)
 
 
-# Per free-capacity vector: (slots, stranded) per (GPUs, share), as `_kind_value` counts them; shared by
-# the states that differ only in CPU and memory.
-_CARDS: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, int]]] = {}
+# Per free-capacity vector and waste table: (slots, stranded, left) per (GPUs, share), as `_kind_value`
+# counts them; shared by the states that differ only in CPU and memory.
+_CARDS: dict[tuple[tuple[int, ...], int], dict[tuple[int, int], tuple[int, float, float]]] = {}
 _CARDS_LIMIT = 1 << 15
 # Whether a node model matches a kind's models (substrings), per (model, models).
 _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
-def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int) -> None:
+def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int,
+          waste: array[float]) -> None:
     """The values of the kinds of the groups with a kind in `missing` (bits of indices) for the state (the
     same as `_kind_value`'s), a group at a time:
     a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
     value for all its kinds."""
     free, cpu, memory = state
     total = sum(free)
-    cards = _CARDS.get(free)
+    key = (free, id(waste))  # tables are held by the lru_cache, whose size bounds the ids in use
+    cards = _CARDS.get(key)
     if cards is None:
         if len(_CARDS) >= _CARDS_LIMIT:
             _CARDS.clear()
-        cards = _CARDS[free] = {}
+        cards = _CARDS[key] = {}
     for shape, models, most_cpu, most_memory, indices, members, mask in groups:
         if not mask & missing:
             continue
@@ -392,18 +417,13 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
                 continue
         found = cards.get(shape)
         if found is None:
-            gpus, milli = shape
-            fitting = sum(1 for f in free if f >= milli)
-            slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
-            stranded = total if fitting < gpus else sum(f for f in free if f < milli)
-            found = cards[shape] = (slots, stranded)
-        slots, stranded = found
+            found = cards[shape] = _cards(free, total, shape, waste)
+        slots, stranded, left = found
         gpus, milli = shape
         times = slots or 1
         if cpu >= times * most_cpu and memory >= times * most_memory:
             # No kind of the group is held back by CPU or memory: each takes `slots` tasks.
-            value = (float(stranded) if milli == MILLI
-                     else FILLED * (total - slots * gpus * milli) + (1 - FILLED) * stranded)
+            value = stranded if milli == MILLI else FILLED * left + (1 - FILLED) * stranded
             for index in indices:
                 values[index] = value
             continue
@@ -420,25 +440,36 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
                 tasks = min(tasks, cpu // cpu_need)
             if memory_need and tasks:
                 tasks = min(tasks, memory // memory_need)
-            values[index] = FILLED * (total - tasks * placed) + (1 - FILLED) * next_task
+            filled = left if tasks == slots else total - tasks * placed
+            values[index] = FILLED * filled + (1 - FILLED) * next_task
 
 
-def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, int], tuple[int, int]],
-                total: int) -> float:
-    """One kind's fragmentation of the state (thousandths; `total`: its free thousandths); `cards` shares
-    the card arithmetic per (GPUs, share) between kinds."""
+def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: array[float]
+           ) -> tuple[int, float, float]:
+    """(slots, stranded, left) of free cards for tasks of a shape: how many such tasks the cards hold;
+    the next-task view's loss (every free thousandth when no such task fits, else what the cards too
+    full for one waste); and the filled view's (what the cards' remainders waste once filled with them).
+    A card-sharing share's leftovers count only as far as the mix's other shares cannot fill them
+    (`waste_table`); a whole-card or multi-GPU task's count whole."""
+    gpus, milli = shape
+    fitting = sum(1 for f in free if f >= milli)
+    slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+    if fitting < gpus:
+        return slots, float(total), float(total)
+    if gpus == 1 and milli < MILLI:
+        return (slots, sum(waste[f] for f in free if f < milli), sum(waste[f % milli] for f in free))
+    return slots, float(sum(f for f in free if f < milli)), float(total - slots * gpus * milli)
+
+
+def _kind_value(model: str, state: _State, kind: _Kind, waste: array[float]) -> float:
+    """One kind's fragmentation of the state (thousandths), one kind at a time: what `_fill` computes a
+    group at a time (the tests hold the two equal)."""
     free, cpu, memory = state
+    total = sum(free)
     gpus, milli, _, cpu_need, memory_need, models = kind
     if models and not any(m in model for m in models):
         return float(total)
-    found = cards.get((gpus, milli))
-    if found is None:
-        fitting = sum(1 for f in free if f >= milli)
-        # Single-GPU tasks can share a card; multi-GPU tasks take one slot on each of `gpus` cards.
-        slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
-        stranded = total if fitting < gpus else sum(f for f in free if f < milli)
-        found = cards[(gpus, milli)] = (slots, stranded)
-    slots, stranded = found
+    slots, stranded, left = _cards(free, total, (gpus, milli), waste)
     next_task = total if cpu < cpu_need or memory < memory_need else stranded
     if milli == MILLI:
         # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
@@ -450,7 +481,7 @@ def _kind_value(model: str, state: _State, kind: _Kind, cards: dict[tuple[int, i
         tasks = min(tasks, cpu // cpu_need)
     if memory_need and tasks:
         tasks = min(tasks, memory // memory_need)
-    filled = total - tasks * gpus * milli
+    filled = left if tasks == slots else total - tasks * gpus * milli
     return FILLED * filled + (1 - FILLED) * next_task
 
 

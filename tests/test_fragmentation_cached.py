@@ -33,7 +33,7 @@ MODELS = ("A10", "T4", "V100M32")
 def brute_waste(free: int, sizes: tuple[int, ...]) -> float:
     """What of a card's free part the shares leave unused, each next share drawn alike among those that
     fit, by the recursion itself."""
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def waste(left: int) -> float:
         fits = [s for s in sizes if s <= left]
         return float(left) if not fits else sum(waste(left - s) for s in fits) / len(fits)

@@ -384,7 +384,7 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
 
 # Per free-capacity vector and waste table: (slots, stranded, left) per (GPUs, share), as `_kind_value`
 # counts them; shared by the states that differ only in CPU and memory.
-_CARDS: dict[tuple[tuple[int, ...], int], dict[tuple[int, int], tuple[int, float, float]]] = {}
+_CARDS: dict[tuple[tuple[int, ...], int], tuple[array[float], dict[tuple[int, int], tuple[int, float, float]]]] = {}
 _CARDS_LIMIT = 1 << 15
 # Whether a node model matches a kind's models (substrings), per (model, models).
 _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
@@ -398,12 +398,13 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
     value for all its kinds."""
     free, cpu, memory = state
     total = sum(free)
-    key = (free, id(waste))  # tables are held by the lru_cache, whose size bounds the ids in use
-    cards = _CARDS.get(key)
-    if cards is None:
+    key = (free, id(waste))
+    entry = _CARDS.get(key)
+    if entry is None or entry[0] is not waste:  # the table is held with its entry, so its id stays its own
         if len(_CARDS) >= _CARDS_LIMIT:
             _CARDS.clear()
-        cards = _CARDS[key] = {}
+        entry = _CARDS[key] = (waste, {})
+    cards = entry[1]
     for shape, models, most_cpu, most_memory, indices, members, mask in groups:
         if not mask & missing:
             continue

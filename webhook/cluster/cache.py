@@ -17,6 +17,7 @@ from typing import Any
 
 from webhook.core.dra import claim_refs, held_usage, largest_card
 from webhook.core.inventory import toolkit_from_json
+from webhook.core.isolation import NO_POD_READS, Reads, env_reads
 from webhook.core.mixlearn import Histogram, Shape
 from webhook.core.model import Claim, EnvReader, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
 from webhook.core.policy import DRA_DEVICE_CLASSES
@@ -27,11 +28,8 @@ from webhook.core.vendors import ALLOCATION
 from .observe import models_of, pod_shape
 from .podrecords import PodRecord, meta_of, node_usage, pod_key
 from .translate import (
-    NO_READS,
-    Reads,
     claim_of,
     config_map_of,
-    env_reads_of,
     host_usage_of,
     inventory_of,
     namespace_of,
@@ -85,7 +83,7 @@ class ClusterCache:
         # empty set), and the namespaces changed since the last snapshot (copied on publish, the rest shared).
         self._config_maps: dict[str, dict[str, frozenset[str]]] = {}
         self._dirty_config_maps: set[str] = set()
-        # What live GPU pods read of ConfigMaps through envFrom (translate.env_reads_of): pod key -> its
+        # What live GPU pods read of ConfigMaps through envFrom (core/isolation.py `env_reads`): pod key -> its
         # reads, and namespace -> (ConfigMap, prefix, container) -> pod key -> pod name; the namespaces
         # changed since the last snapshot are rebuilt on publish (Snapshot.env_readers).
         self._reads: dict[str, Reads] = {}
@@ -289,7 +287,7 @@ class ClusterCache:
         if kind == "pods":
             if self._dra_holders.pop(key, None) is not None:
                 self._dirty.add("namespace_usage")
-            self._set_reads(key, NO_READS)
+            self._set_reads(key, NO_POD_READS)
             pod = self._pods.pop(key, None)
             if pod is not None:
                 self._unplace(key, pod)
@@ -404,7 +402,7 @@ class ClusterCache:
         except ValueError as error:
             self._bad("pods", obj, error)
             use, host, gpu_like = None, (None, 0, 0), True
-        self._set_reads(key, env_reads_of(obj, gpu_like or bool(refs)))
+        self._set_reads(key, env_reads(obj, gpu_like or bool(refs)))
         node, cpu, memory = (use.node, use.cpu_milli, use.memory_mib_host) if use is not None else host
         pod = self._pods.get(key)
         if pod is not None and pod.use == use and (pod.node, pod.cpu, pod.memory) == (node, cpu, memory):
@@ -427,8 +425,8 @@ class ClusterCache:
             self._recompute_usage(pod.node)
 
     def _set_reads(self, key: str, reads: Reads) -> None:
-        """Record what pod `key` reads through envFrom now (NO_READS: nothing, or gone)."""
-        old = self._reads.get(key, NO_READS)
+        """Record what pod `key` reads through envFrom now (NO_POD_READS: nothing, or gone)."""
+        old = self._reads.get(key, NO_POD_READS)
         if old == reads:
             return
         for namespace, _, found in (old, reads):

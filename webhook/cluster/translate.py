@@ -21,8 +21,7 @@ from webhook.core.inventory import (
     toolkit_from_json,
     vendor_from_json,
 )
-from webhook.core.isolation import NO_POD_READS, TERMINAL_PHASES, env_from_keys, env_reads
-from webhook.core.isolation import Reads as EnvReads
+from webhook.core.isolation import TERMINAL_PHASES, env_from_keys, env_reads, with_env_reads
 from webhook.core.mig import offer_of, whole_cards
 from webhook.core.model import (
     Allocation,
@@ -242,25 +241,9 @@ def config_map_of(obj: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
     return namespace, _name(obj), env_from_keys(data)
 
 
-# What live GPU pods read of ConfigMaps through envFrom (core/isolation.py `env_reads`).
-Reads = EnvReads
-NO_READS: Reads = NO_POD_READS
-env_reads_of = env_reads
-
-
-def env_readers_table(pods: Iterable[Reads]) -> dict[str, dict[str, tuple[EnvReader, ...]]]:
-    """Snapshot.env_readers from the pods' reads: per namespace and ConfigMap, one EnvReader per distinct
-    (prefix, container), naming the first pod by name and counting them."""
-    grouped: dict[str, dict[tuple[str, str, str], list[str]]] = {}
-    for namespace, pod, reads in pods:
-        table = grouped.setdefault(namespace, {}) if reads else {}
-        for read in reads:
-            table.setdefault(read, []).append(pod)
-    return {namespace: readers_of(table) for namespace, table in grouped.items() if table}
-
-
 def readers_of(table: Mapping[tuple[str, str, str], Iterable[str]]) -> dict[str, tuple[EnvReader, ...]]:
-    """One namespace's ConfigMap -> readers, from (ConfigMap, prefix, container) -> pod names."""
+    """One namespace's ConfigMap -> readers (Snapshot.env_readers), from (ConfigMap, prefix, container) ->
+    pod names, as `isolation.with_env_reads` counts them: the first pod by name, and how many."""
     found: dict[str, list[EnvReader]] = {}
     for (config_map, prefix, where), pods in table.items():
         names = list(pods)
@@ -495,7 +478,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         found_map = guarded("ConfigMap", obj, config_map_of)
         if found_map is not None:
             config_maps.setdefault(found_map[0], {})[found_map[1]] = found_map[2]
-    env_readers = env_readers_table(env_reads_of(p) for p in by_kind["Pod"])
+    env_readers = with_env_reads({}, (env_reads(p) for p in by_kind["Pod"]))
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)

@@ -22,7 +22,7 @@ from webhook.cluster.cache import ClusterCache
 from webhook.cluster.translate import build_snapshot
 from webhook.core import admit
 from webhook.core.inventory import InventoryError, check_inventory
-from webhook.core.node_routes import device_list_mounts, pinned_nodes
+from webhook.core.node_routes import device_list_mounts, limit_layer_mounts, pinned_nodes
 from webhook.core.policy import Policy
 
 HARDENED = """\
@@ -227,3 +227,42 @@ def test_the_inventory_with_the_toolkit_is_accepted_by_the_write_guard() -> None
                             "extra": {"authentication.kubernetes.io/node-name": ["g1"]}}}
     assert check_inventory_write(request).allowed, json.dumps(request)
     assert inventory_status(obj["spec"], "")["visibleDevicesEnvvar"] == "ignored"
+
+
+# ------------------------------------------------------------------------------------------ the limit layer
+
+
+def mounting(path: str, gpus: int = 1, where: str = "containers") -> dict[str, Any]:
+    p = pod({"nvidia.com/gpu": gpus} if gpus else None, volumes=[{"name": "v", "emptyDir": {}}])
+    mount = {"name": "v", "mountPath": path}
+    if where == "containers":
+        p["spec"]["containers"][0]["volumeMounts"] = [mount]
+    else:
+        p["spec"]["initContainers"] = [{"name": "setup", "image": "busybox", "volumeMounts": [mount]}]
+    return p
+
+
+@pytest.mark.parametrize("path", ["/etc/ld.so.preload", "//etc/ld.so.preload", "/etc/./ld.so.preload", "/etc",
+                                  "/etc/", "/usr/local", "/usr", "/usr/local/vgpu", "/usr/local/vgpu/libvgpu.so",
+                                  "/usr/local/x/../vgpu"])
+def test_a_gpu_pod_cannot_cover_the_limit_layer(path: str) -> None:
+    """HAMi's device plugin injects the limits through /etc/ld.so.preload and /usr/local/vgpu; the kubelet
+    mounts the pod's own volumes after the plugin's, so a volume there is laid over them."""
+    for where in ("containers", "initContainers"):
+        decision = admit.mutate(mounting(path, where=where), cluster(None), Policy())
+        assert not decision.allowed and (decision.code, decision.reason) == (403, "isolation-limit-mount")
+        assert f"mounts a volume at {path}" in decision.message
+        assert not admit.validate(mounting(path, where=where), cluster(None), Policy()).allowed
+
+
+@pytest.mark.parametrize("path", ["/tmp", "/etc/config", "/etc/ssl/certs", "/usr/local/lib/app", "/data",
+                                  "/usr/share/models", "/dev/shm"])
+def test_ordinary_mounts_of_a_gpu_pod_pass(path: str) -> None:
+    decision = admit.mutate(mounting(path), cluster(None), Policy())
+    assert decision.allowed, decision.message
+
+
+def test_a_pod_without_gpus_may_mount_over_etc() -> None:
+    """No limit layer is injected where no GPU is given."""
+    assert limit_layer_mounts(mounting("/etc", gpus=0)) == ["container 'main' mounts a volume at /etc"]
+    assert admit.mutate(mounting("/etc", gpus=0), cluster(None), Policy()).allowed

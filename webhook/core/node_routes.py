@@ -44,6 +44,33 @@ def device_list_mounts(pod: Mapping[str, Any]) -> list[str]:
     return found
 
 
+# Where the limit layer is put into a GPU container: HAMi's device plugin bind-mounts libvgpu.so under
+# /usr/local/vgpu and /etc/ld.so.preload, which makes the loader inject it. The kubelet adds the pod's
+# own volume mounts after the device plugin's, so a volume the pod mounts at one of these paths, or at a
+# directory holding one (/etc, /usr/local), lands on top and the limits are never loaded.
+LIMIT_LAYER_PATHS = ("/etc/ld.so.preload", "/usr/local/vgpu")
+
+
+def limit_layer_mounts(pod: Mapping[str, Any]) -> list[str]:
+    """"<container> mounts <path>" for every volume mount that covers where the limit layer is injected."""
+    found: list[str] = []
+    spec = mapping_of(pod.get("spec"))
+    for key, kind in _KINDS:
+        for index, raw in enumerate(list_of(spec.get(key))):
+            container = mapping_of(raw)
+            for mount in list_of(container.get("volumeMounts")):
+                path = mapping_of(mount).get("mountPath")
+                if not isinstance(path, str):
+                    continue
+                clean = posixpath.normpath("/" + path.lstrip("/"))
+                if any(clean == guarded or guarded.startswith(clean.rstrip("/") + "/") or
+                       clean.startswith(guarded + "/") for guarded in LIMIT_LAYER_PATHS):
+                    name = container.get("name")
+                    label = f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+                    found.append(f"{label} mounts a volume at {path}")
+    return found
+
+
 def pinned_nodes(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """The nodes a pod is pinned to by name: spec.nodeName, a kubernetes.io/hostname nodeSelector, or a
     required node affinity whose every term names hosts (() when it is not pinned that way)."""
@@ -82,7 +109,16 @@ def screen(request: PodRequest, snapshot: Snapshot) -> PodRequest:
             f"{mounts[0]}, where the NVIDIA container toolkit reads the GPUs to give a container: remove "
             "that volume mount and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)")
         return request.evolve(is_gpu_pod=True, violations=(*request.violations, violation))
-    if not request.is_gpu_pod or not snapshot.nodes:
+    if not request.is_gpu_pod:
+        return request
+    covered = limit_layer_mounts(pod)
+    if covered:
+        violation = Violation(
+            "isolation-limit-mount", 403,
+            f"{covered[0]}, which covers where the GPU limit layer is put into the container "
+            f"({' and '.join(LIMIT_LAYER_PATHS)}): mount the volume elsewhere")
+        return request.evolve(violations=(*request.violations, violation))
+    if not snapshot.nodes:
         return request
     pinned = pinned_nodes(pod)
     open_nodes = [n for n in pinned if (node := snapshot.nodes.get(n)) is not None and node.toolkit_envvar is True]

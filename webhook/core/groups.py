@@ -161,8 +161,7 @@ def group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
     metadata = mapping_of(pod.get("metadata"))
     labels = mapping_of(metadata.get("labels"))
     annotations = mapping_of(metadata.get("annotations"))
-    if GROUP_SIZE_ANNOTATION not in annotations and _GROUP_KEYS.isdisjoint(labels) and _GROUP_KEYS.isdisjoint(
-            annotations):
+    if GROUP_SIZE_ANNOTATION not in annotations and names_no_group(pod):
         return None  # most pods: no key that names a group or states a size
     size = _stated_size(annotations)
     explicit = annotations.get(GROUP_ANNOTATION)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_container.py needs: podman, runc, debootstrap, and a local base image
+# Installs what tests/project/test_container.py needs: podman, runc, debootstrap, and a local base image
 # `localhost/debian-python:bookworm` made from Debian packages (no registry is needed).
 # Idempotent: with everything present it only checks and exits within a second or two.
 # GPU_ADMISSION_ENGINE=docker imports the base image into a running Docker instead of podman.

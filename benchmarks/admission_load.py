@@ -271,7 +271,7 @@ def main() -> int:
     if args.serve_noop:
         serve_noop(*args.serve_noop)
         return 0
-    from webhook.certs import issue_certificates
+    from webhook.certs.authority import issue_certificates
 
     use_wrk = shutil.which("wrk") is not None and not args.python_load
     host_before = HostState.now()

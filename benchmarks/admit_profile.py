@@ -131,11 +131,11 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
                 validate_bodies: list[bytes]) -> list[tuple[str, Stage | None, Stage | None]]:
     """Each stage of a request as (name, call for /mutate, call for /validate); a call takes the index of
     one of the reviews, whose inputs to that stage are prepared here."""
-    from webhook.core import admit, dra, isolation, node_routes, trust
-    from webhook.core.podshape import shape_error
-    from webhook.core.record import sealed_text, shape_of
-    from webhook.core.resources import parse_pod
-    from webhook.core.rules import check_policy
+    from webhook.core.admission import admit, dra, isolation, node_routes, trust
+    from webhook.core.admission.rules import check_policy
+    from webhook.core.podspec.podshape import shape_error
+    from webhook.core.podspec.record import sealed_text, shape_of
+    from webhook.core.podspec.resources import parse_pod
     from webhook.server import jsoncodec
     from webhook.server import review as rv
     from webhook.server.logs import admission_fields, log_admission
@@ -298,7 +298,7 @@ def main() -> int:
             stats.print_callers(args.callers)
         return 0
 
-    from webhook.core import admit
+    from webhook.core.admission import admit
 
     snapshot = handler.source.snapshot()
     policy = handler.policy.get()

@@ -24,10 +24,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from webhook import manifests  # noqa: E402
-from webhook.check import evaluate  # noqa: E402
 from webhook.cluster.files import demo_objects  # noqa: E402
 from webhook.cluster.translate import build_snapshot  # noqa: E402
-from webhook.core.policy import Policy  # noqa: E402
+from webhook.commands.check import evaluate  # noqa: E402
+from webhook.core.policy.model import Policy  # noqa: E402
 from webhook.manifests import read_all  # noqa: E402
 from webhook.workloads import workloads  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from webhook.core.model import Gpu, GpuUsage, Node, NodeUsage
+from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage
 
 
 def _pcie(numa: list[int], near: str = "NODE") -> tuple[tuple[str, ...], ...]:

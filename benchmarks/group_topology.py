@@ -35,13 +35,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.core import admit  # noqa: E402
-from webhook.core.group_room import domain_free, split_domain  # noqa: E402
-from webhook.core.groups import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupRecord, commit, group_of  # noqa: E402
-from webhook.core.model import Allocation, Gpu, Namespace, Node, NodeUsage, Snapshot  # noqa: E402
-from webhook.core.placement import index_of  # noqa: E402
-from webhook.core.policy import Policy  # noqa: E402
-from webhook.core.state import add_to_node, with_allocation  # noqa: E402
+from webhook.core.admission import admit  # noqa: E402
+from webhook.core.domain.model import Allocation, Gpu, Namespace, Node, NodeUsage, Snapshot  # noqa: E402
+from webhook.core.placement.group_room import domain_free, split_domain  # noqa: E402
+from webhook.core.placement.groups import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupRecord, commit, group_of  # noqa: E402
+from webhook.core.placement.place import index_of  # noqa: E402
+from webhook.core.placement.state import add_to_node, with_allocation  # noqa: E402
+from webhook.core.policy.model import Policy  # noqa: E402
 
 CLIQUE = "nvidia.com/gpu.clique"
 RACK = "topology.kubernetes.io/rack"

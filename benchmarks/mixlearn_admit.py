@@ -73,8 +73,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from webhook.cluster.translate import build_snapshot
-    from webhook.core import admit
-    from webhook.core.policy import parse_policy
+    from webhook.core.admission import admit
+    from webhook.core.policy.model import parse_policy
 
     cluster, pending = objects(args.nodes, args.pods)
     snapshot = build_snapshot(cluster)
@@ -96,7 +96,7 @@ def main() -> None:
         print(f"workloadMix: {name:8} {results[name]:8.1f} us per mutate")
     print(f"learn / default: {results['learn'] / results['default']:.3f}")
     try:
-        from webhook.core.mixlearn import hosts_of, mix_of
+        from webhook.core.placement.mixlearn import hosts_of, mix_of
     except ImportError:
         return
     assert snapshot.observed is not None

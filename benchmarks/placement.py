@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_clusters import busy_usage, mixed_cluster  # noqa: E402
 
-from webhook.core.model import Node, NodeUsage, PodRequest, TopologyPreference  # noqa: E402
-from webhook.core.placement import POLICIES, NodeIndex, PlacementContext, commit, place  # noqa: E402
+from webhook.core.domain.model import Node, NodeUsage, PodRequest, TopologyPreference  # noqa: E402
+from webhook.core.placement.place import POLICIES, NodeIndex, PlacementContext, commit, place  # noqa: E402
 
 WARM_UP = 16  # decisions not timed: the first sight of each pod shape (memoised afterwards)
 

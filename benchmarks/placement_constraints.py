@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_clusters import busy_usage, mixed_cluster  # noqa: E402
 from placement import STREAM, WARM_UP, p99  # noqa: E402
 
-from webhook.core.model import Node, Taint  # noqa: E402
-from webhook.core.placement import NodeIndex, PlacementContext, commit, constraints_for, place  # noqa: E402
+from webhook.core.domain.model import Node, Taint  # noqa: E402
+from webhook.core.placement.place import NodeIndex, PlacementContext, commit, constraints_for, place  # noqa: E402
 
 TAINT = Taint("dedicated", "infer", "NoSchedule")
 

@@ -15,8 +15,8 @@ import os
 import time
 from pathlib import Path
 
-import webhook.core.fragmentation as fragmentation
-from webhook.simulate.main import NODE_FILE, POD_FILE, parse_seeds
+import webhook.core.placement.fragmentation as fragmentation
+from webhook.commands.simulate import NODE_FILE, POD_FILE, parse_seeds
 from webhook.simulate.report import summarize
 from webhook.simulate.runner import run_trials
 from webhook.simulate.trace import load_nodes, load_pods

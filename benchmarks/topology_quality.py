@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_clusters import nvswitch_node, paired_node, pcie_node  # noqa: E402
 
-from webhook.core.model import Node, NodeUsage, Option, PodRequest, TopologyClass, TopologyPreference  # noqa: E402
-from webhook.core.nodeindex import normalised  # noqa: E402
-from webhook.core.placement import DEFAULT_LOSS, NodeIndex, PlacementContext, commit, place  # noqa: E402
-from webhook.core.topology import classify_pairs  # noqa: E402
+from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest, TopologyClass, TopologyPreference  # noqa: E402
+from webhook.core.placement.nodeindex import normalised  # noqa: E402
+from webhook.core.placement.place import DEFAULT_LOSS, NodeIndex, PlacementContext, commit, place  # noqa: E402
+from webhook.core.placement.topology import classify_pairs  # noqa: E402
 
 PRODUCT = ("binpack", "spread", "fragmentation", "fewest-tasks", "best-fit", "dot-product", "random")
 BLIND = ("binpack", "spread", "random")

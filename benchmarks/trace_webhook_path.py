@@ -29,13 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from webhook.check import evaluate  # noqa: E402
 from webhook.cluster.files import load_cluster  # noqa: E402
 from webhook.cluster.translate import build_snapshot  # noqa: E402
-from webhook.core.model import Node  # noqa: E402
+from webhook.commands.check import evaluate  # noqa: E402
+from webhook.commands.simulate import NODE_FILE, POD_FILE  # noqa: E402
+from webhook.core.domain.model import Node  # noqa: E402
 from webhook.manifests import read_all  # noqa: E402
-from webhook.policyfile import load_policy  # noqa: E402
-from webhook.simulate.main import NODE_FILE, POD_FILE  # noqa: E402
+from webhook.policyfile.read import load_policy  # noqa: E402
 from webhook.simulate.replay import Run, capacity_milli, replay, workload  # noqa: E402
 from webhook.simulate.trace import MILLI, NAMESPACE, TracePod, load_nodes, load_pods  # noqa: E402
 from webhook.workloads import workloads  # noqa: E402

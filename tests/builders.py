@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.model import Gpu, GpuUsage, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Taint, Usage
+from webhook.core.domain.model import Gpu, GpuUsage, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Taint, Usage
 
 H100 = ("NVIDIA-H100-80GB-HBM3", 81559)
 A100 = ("NVIDIA-A100-SXM4-40GB", 40960)

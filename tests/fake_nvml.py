@@ -1,6 +1,6 @@
 """A stand-in for `pynvml` with exactly the calls the node agent makes, and machines to load into it.
 
-Names, argument lists, constants and error values are pynvml's (tests/test_agent_fake_nvml.py holds the
+Names, argument lists, constants and error values are pynvml's (tests/agent/test_agent_fake_nvml.py holds the
 fake to that), so what passes here is what the agent does on a real driver. The machines:
 
 * DGX H100: 8 x H100 SXM, 18 NVLinks each, spread over 4 NVSwitches (5+4+4+5); two sockets.

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from webhook.core.model import Gpu, Node, PodRequest
+from webhook.core.domain.model import Gpu, Node, PodRequest
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-40GB"

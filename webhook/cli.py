@@ -12,12 +12,12 @@ from .errors import UserError
 # subcommand -> (module, help). Each module has add_arguments(parser) and run(args) -> int, and keeps
 # heavy imports inside run() so that `gpu-admission --help` stays fast.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("webhook.check", "decide GPU pods in manifests offline, exactly as the webhook will"),
-    "serve": ("webhook.serve", "run the admission webhook (gunicorn, TLS)"),
-    "certs": ("webhook.certs", "make a CA and a serving certificate"),
-    "agent": ("webhook.agent.main", "node agent: discover GPUs with NVML and publish a GPUInventory"),
-    "snapshot": ("webhook.cluster.main", "write the cluster objects that `check --cluster` reads"),
-    "simulate": ("webhook.simulate.main", "replay a GPU cluster trace through the placement policies"),
+    "check": ("webhook.commands.check", "decide GPU pods in manifests offline, exactly as the webhook will"),
+    "serve": ("webhook.commands.serve", "run the admission webhook (gunicorn, TLS)"),
+    "certs": ("webhook.certs.authority", "make a CA and a serving certificate"),
+    "agent": ("webhook.commands.agent", "node agent: discover GPUs with NVML and publish a GPUInventory"),
+    "snapshot": ("webhook.commands.snapshot", "write the cluster objects that `check --cluster` reads"),
+    "simulate": ("webhook.commands.simulate", "replay a GPU cluster trace through the placement policies"),
 }
 
 

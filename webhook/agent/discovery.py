@@ -1,4 +1,4 @@
-"""What NVML says about this node's GPUs, as the inventory JSON of `webhook.core.inventory`.
+"""What NVML says about this node's GPUs, as the inventory JSON of `webhook.core.podspec.inventory`.
 
 NVLink count per GPU pair, the rule `nvidia-smi topo -m` follows (NV18 on a DGX H100, NV12 on a DGX A100):
   * a link whose remote end is a GPU of this node counts for that pair (bridged PCIe cards: NV4 between
@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.inventory import INVENTORY_VERSION
+from webhook.core.podspec.inventory import INVENTORY_VERSION
+
 from .nvml import error_text, optional, text, unsupported
 
 MIB = 1024 * 1024

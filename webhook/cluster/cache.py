@@ -15,15 +15,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.dra import claim_refs, held_usage, largest_card
-from webhook.core.inventory import toolkit_from_json
-from webhook.core.isolation import NO_POD_READS, Reads, env_reads
-from webhook.core.mixlearn import Histogram, Shape
-from webhook.core.model import Claim, EnvReader, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
-from webhook.core.policy import DRA_DEVICE_CLASSES
-from webhook.core.resources import is_gpu_pod
-from webhook.core.vendor_quota import usage_of
-from webhook.core.vendors import ALLOCATION
+from webhook.core.admission.dra import claim_refs, held_usage, largest_card
+from webhook.core.admission.isolation import NO_POD_READS, Reads, env_reads
+from webhook.core.domain.model import Claim, EnvReader, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.domain.shapes import Shape
+from webhook.core.domain.vendor_quota import usage_of
+from webhook.core.placement.mixlearn import Histogram
+from webhook.core.podspec.inventory import toolkit_from_json
+from webhook.core.podspec.resources import is_gpu_pod
+from webhook.core.podspec.vendors import ALLOCATION
+from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .observe import models_of, pod_shape
 from .podrecords import PodRecord, meta_of, node_usage, pod_key

@@ -11,7 +11,7 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from webhook.core.model import Claim, Snapshot
+from webhook.core.domain.model import Claim, Snapshot
 from webhook.errors import UserError
 from webhook.manifests import Document, load_documents, parse_text
 

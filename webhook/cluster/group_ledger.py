@@ -21,9 +21,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core.group_room import domain_free, split_domain, unseen_members
-from webhook.core.groups import GroupRecord, GroupRef, commit, record_from_json, record_to_json, without_member
-from webhook.core.model import Allocation
+from webhook.core.domain.model import Allocation
+from webhook.core.placement.group_room import domain_free, split_domain, unseen_members
+from webhook.core.placement.groups import (
+    GroupRecord,
+    GroupRef,
+    commit,
+    record_from_json,
+    record_to_json,
+    without_member,
+)
 
 from .reservations import ApiStore, InProcessStore, ReservationStore
 

@@ -16,8 +16,8 @@ import json
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.model import ContainerRequest, PodRequest
-from webhook.core.vendors import (
+from webhook.core.domain.model import ContainerRequest, PodRequest
+from webhook.core.podspec.vendors import (
     KAI_FRACTION,
     KAI_FRACTION_DEVICES,
     KAI_MEMORY,

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.mixlearn import EMPTY, Histogram, Observed, Shape, shape_of, slice_milli
-from webhook.core.model import Allocation, Node, Snapshot
-from webhook.core.vendors import SELECTORS
+from webhook.core.domain.model import Allocation, Node, Snapshot
+from webhook.core.domain.shapes import EMPTY, Observed, Shape, shape_of, slice_milli
+from webhook.core.placement.mixlearn import Histogram
+from webhook.core.podspec.vendors import SELECTORS
 
 from .translate import PodUsage, pod_usage_of
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.model import GpuUsage, Node, NodeUsage, Usage
+from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Usage
 
 from .held import repeated
 from .translate import PodUsage, place_usage

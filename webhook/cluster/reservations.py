@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from webhook.core.isolation import NO_POD_READS, Reads
-from webhook.core.model import Allocation, Decision
-from webhook.core.record import allocation_from_json, allocation_to_json
+from webhook.core.admission.isolation import NO_POD_READS, Reads
+from webhook.core.domain.model import Allocation, Decision
+from webhook.core.podspec.record import allocation_from_json, allocation_to_json
 
 from .watch import status_code
 

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.group_room import GroupOutcomes, has_domains
-from webhook.core.groups import GroupRef
-from webhook.core.isolation import env_reads, with_env_reads
-from webhook.core.mixlearn import EMPTY
-from webhook.core.model import Decision, NodeUsage, Snapshot, Usage
-from webhook.core.placement import index_of
-from webhook.core.policy import Policy
-from webhook.core.state import add_to_node
+from webhook.core.admission.isolation import env_reads, with_env_reads
+from webhook.core.domain.model import Decision, NodeUsage, Snapshot, Usage
+from webhook.core.domain.shapes import EMPTY
+from webhook.core.placement.group_room import GroupOutcomes, has_domains
+from webhook.core.placement.groups import GroupRef
+from webhook.core.placement.place import index_of
+from webhook.core.placement.state import add_to_node
+from webhook.core.policy.model import Policy
 
 from .cache import ClusterCache
 from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members
@@ -332,7 +332,7 @@ class Upkeep:
     def _maintain(self) -> None:
         import gc
 
-        from webhook.core.placement import index_of
+        from webhook.core.placement.place import index_of
 
         frozen = not self.freeze_gc
         next_prune = time.monotonic() + self.prune_every
@@ -370,7 +370,7 @@ def build_source(
     import os
 
     from webhook.errors import UserError
-    from webhook.server.policyholder import PolicyHolder
+    from webhook.policyfile.holder import PolicyHolder
 
     from .cache import KINDS
     from .config import load_api_client

@@ -12,18 +12,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from webhook.core.dra import claim_refs, held_usage, largest_card, read_claim
-from webhook.core.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
-from webhook.core.inventory import (
-    inventory_from_json,
-    mig_enabled_from_json,
-    mig_from_json,
-    toolkit_from_json,
-    vendor_from_json,
-)
-from webhook.core.isolation import TERMINAL_PHASES, env_from_keys, env_reads, with_env_reads
-from webhook.core.mig import offer_of, whole_cards
-from webhook.core.model import (
+from webhook.core.admission.dra import claim_refs, held_usage, largest_card, read_claim
+from webhook.core.admission.isolation import TERMINAL_PHASES, env_from_keys, env_reads, with_env_reads
+from webhook.core.domain.model import (
     Allocation,
     Claim,
     EnvReader,
@@ -37,12 +28,21 @@ from webhook.core.model import (
     Taint,
     Usage,
 )
-from webhook.core.policy import DRA_DEVICE_CLASSES
-from webhook.core.quantity import MIB, QuantityError, parse_quantity
-from webhook.core.record import allocation_from_json
-from webhook.core.resources import parse_pod
-from webhook.core.vendor_quota import quota_key, usage_of
-from webhook.core.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
+from webhook.core.domain.vendor_quota import quota_key, usage_of
+from webhook.core.placement.mig import offer_of, whole_cards
+from webhook.core.podspec.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
+from webhook.core.podspec.inventory import (
+    inventory_from_json,
+    mig_enabled_from_json,
+    mig_from_json,
+    toolkit_from_json,
+    vendor_from_json,
+)
+from webhook.core.podspec.quantity import MIB, QuantityError, parse_quantity
+from webhook.core.podspec.record import allocation_from_json
+from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.vendors import ALLOCATION, MIG_PREFIX, VENDORS, classify_resource
+from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .held import env_share_of, held_of, record_nonce, repeated, without_share_annotations
 

@@ -1,4 +1,4 @@
-"""The admission webhook's HTTP side: a thin shell around `webhook.core.admit`.
+"""The admission webhook's HTTP side: a thin shell around `webhook.core.admission.admit`.
 
 review.py (AdmissionReview wire format and response builders), admission.py (fast path, core call,
 metrics, log line), app.py (Flask app factory and blueprints), source.py (where snapshots come from),

@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.group_place import NONE, mode_of, topology_owner
-from webhook.core.groups import GroupRef, group_of, names_no_group
-from webhook.core.model import Decision
-from webhook.core.trust import is_mirror_pod, nonce_of, record_update
-from webhook.core.workload import describe as describe_workload
+from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
+from webhook.core.domain.model import Decision
+from webhook.core.placement.group_place import NONE, mode_of, topology_owner
+from webhook.core.placement.groups import GroupRef, group_of, names_no_group
+from webhook.core.podspec.workload import describe as describe_workload
+from webhook.policyfile.holder import PolicyHolder
 
 from . import review as rv
 from .logs import ADMISSION_LOGGER, admission_fields, log_admission
 from .metrics import AdmissionMetrics
-from .policyholder import PolicyHolder
 from .source import SnapshotSource
 
 log = logging.getLogger(ADMISSION_LOGGER)
@@ -59,12 +59,12 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
     with `record_key` (None: a random key, good for this process only; `serve` passes the chart's Secret)."""
     from functools import partial
 
-    from webhook.core import admit
-    from webhook.core.dra import names_claims
-    from webhook.core.dra_objects import check_claim_object
-    from webhook.core.isolation import config_map_write, ephemeral
-    from webhook.core.node_routes import device_list_mounts
-    from webhook.core.vendors import needs_decision
+    from webhook.core.admission import admit
+    from webhook.core.admission.dra import names_claims
+    from webhook.core.admission.dra_objects import check_claim_object
+    from webhook.core.admission.isolation import config_map_write, ephemeral
+    from webhook.core.admission.node_routes import device_list_mounts
+    from webhook.core.podspec.vendors import needs_decision
 
     # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core,
     # one naming DRA claims has their GPUs counted, and one mounting a toolkit device list is refused.
@@ -78,7 +78,7 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
     try:
-        from webhook.core.inventory_guard import check_inventory_write
+        from webhook.core.admission.inventory_guard import check_inventory_write
     except ImportError:
         return Decision(allowed=True, reason="inventory-guard-unavailable", gpu_pod=False)
     return check_inventory_write(request)

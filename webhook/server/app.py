@@ -15,10 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
 
+from webhook.policyfile.holder import PolicyHolder
+
 from . import jsoncodec
 from .admission import AdmissionCore, AdmissionHandler, Answer, real_core
 from .metrics import AdmissionMetrics
-from .policyholder import PolicyHolder
 from .review import MAX_BODY_BYTES
 from .source import SnapshotSource
 
@@ -98,7 +99,7 @@ class AdmissionLane:
     The admission routes need none of Flask's request machinery (context, URL adapter, response object),
     which cost about half as much again as the handler itself (benchmarks/admit_profile.py, the two
     WSGI rows). The routes stay registered in the blueprint on the same code path, so the app answers
-    identically without this lane (tests/test_server_lane.py compares the two)."""
+    identically without this lane (tests/server/test_server_lane.py compares the two)."""
 
     def __init__(self, inner: WsgiApp, handler: AdmissionHandler) -> None:
         self.inner = inner

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.core.mixlearn import mix_in_use
-from webhook.core.model import QuotaLimits, Snapshot
-from webhook.core.policy import Policy
+from webhook.core.domain.model import QuotaLimits, Snapshot
+from webhook.core.placement.mixlearn import mix_in_use
+from webhook.core.policy.model import Policy
 
 from .source import SnapshotSource
 from .tls import CLIENT_TIMEOUT, connections_cut_off

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
-from webhook.core.group_room import GroupOutcomes, domain_free, has_domains
-from webhook.core.groups import GroupRecord, GroupRef
-from webhook.core.groups import commit as commit_member
-from webhook.core.isolation import Reads, env_reads, with_env_reads
-from webhook.core.model import Allocation, Decision, Snapshot
-from webhook.core.policy import GROUP_LEVELS
+from webhook.core.admission.isolation import Reads, env_reads, with_env_reads
+from webhook.core.domain.model import Allocation, Decision, Snapshot
+from webhook.core.placement.group_room import GroupOutcomes, domain_free, has_domains
+from webhook.core.placement.groups import GroupRecord, GroupRef
+from webhook.core.placement.groups import commit as commit_member
+from webhook.core.policy.model import GROUP_LEVELS
 
 Decide = Callable[[Snapshot], Decision]
 AddAllocation = Callable[[Snapshot, str, Allocation], Snapshot]
@@ -58,7 +58,7 @@ class SnapshotSource(Protocol):
 
 
 def _default_with_allocation(snapshot: Snapshot, namespace: str, allocation: Allocation) -> Snapshot:
-    from webhook.core.state import with_allocation
+    from webhook.core.placement.state import with_allocation
 
     return with_allocation(snapshot, namespace, allocation)
 

@@ -1,4 +1,4 @@
-"""The `fgd` baseline: the trace replayed with the FGD paper's own scoring (webhook/core/fgd.py).
+"""The `fgd` baseline: the trace replayed with the FGD paper's own scoring (webhook/core/placement/fgd.py).
 
 Same arrivals, same measure and the same Run as the product's policies (replay.py), so the two are
 compared in one run; only the choice of node and GPUs differs. The mix is the trace's task list, as
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..core.fgd import FgdCluster, Kind, Task, typical_kinds
-from ..core.model import Node
+from webhook.core.domain.model import Node
+from webhook.core.placement.fgd import FgdCluster, Kind, Task, typical_kinds
+
 from .replay import Run, drive
 from .trace import TracePod
 

@@ -1,6 +1,6 @@
 """The FGD paper's procedure: shuffle, resample to `tune` x capacity, place one at a time, never depart.
 
-Placement goes through `webhook.core.placement` exactly as the webhook calls it (place, commit, and the
+Placement goes through `webhook.core.placement.place` exactly as the webhook calls it (place, commit, and the
 index kept up to date in place), so what is measured here is what the cluster would do. The workload mix
 is learned as in production: the histogram of the GPU pods arrived (placed, or pending after failing to
 fit) is the one the watch cache keeps (`core.mixlearn.Histogram`), read by the same `learned_mix`.
@@ -16,10 +16,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..core.fragmentation import forget
-from ..core.mixlearn import Histogram, hosts_of, mix_of, request_shape
-from ..core.model import GpuUsage, Node, NodeUsage, PodRequest
-from ..core.placement import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.domain.model import GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.domain.shapes import request_shape
+from webhook.core.placement.fragmentation import forget
+from webhook.core.placement.mixlearn import Histogram, hosts_of, mix_of
+from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+
 from .trace import TracePod, to_request
 
 DEFAULT_TUNE = 1.3

@@ -12,7 +12,8 @@ from multiprocessing import get_context
 from queue import Empty
 from typing import Any, TextIO
 
-from ..core.model import Node
+from webhook.core.domain.model import Node
+
 from .fgd_replay import NAME as FGD
 from .fgd_replay import fgd_replay, kinds_of
 from .replay import LEARN, Mix, Run, capacity_milli, replay, workload

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.model import Gpu, Node, PodRequest
-from ..errors import UserError
+from webhook.core.domain.model import Gpu, Node, PodRequest
+from webhook.errors import UserError
 
 MILLI = 1000
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..core import workload as labels
-from ..manifests import Document, DocumentError, Problem
+from webhook.core.podspec import workload as labels
+from webhook.manifests import Document, DocumentError, Problem
+
 from . import argo, kinds, ray, serving, trainer
 from .claims import ClaimObject, is_claim_object
 from .model import Builder, Context, Result, Skipped, Workload, mapping

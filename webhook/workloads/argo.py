@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from ..core import workload as labels
-from ..manifests import Document, DocumentError
+from webhook.core.podspec import workload as labels
+from webhook.manifests import Document, DocumentError
+
 from .model import Builder, Context, Skipped, Workload, at, mapping, pointer, sequence
 
 _PARAM = re.compile(r"\{\{[^{}]*\}\}")

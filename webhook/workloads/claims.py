@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.dra import CLAIM_KINDS
+from webhook.core.admission.dra import CLAIM_KINDS
 
 DRA_GROUP = "resource.k8s.io"
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..core import workload as labels
-from ..manifests import Document
+from webhook.core.podspec import workload as labels
+from webhook.manifests import Document
+
 from .model import Builder, Context, Workload, at, count, job_pods, mapping, sequence
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifests import Document, Problem
+from webhook.manifests import Document, Problem
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Workload:
     role: str = ""  # the template's role in the workload: "Worker", "head", "leader", ...; "" for one-template kinds
     notes: tuple[str, ...] = ()  # how the count was reached when it is not the plain one
     walked: bool = False  # found by walking an unknown kind, not by the kind's own fields
-    family: str = ""  # controller family (webhook.core.workload) whose labels the pods carry
+    family: str = ""  # controller family (webhook.core.podspec.workload) whose labels the pods carry
     group_size: int = 1  # pods per group (LeaderWorkerSet workers, JobSet pods per Job), for their labels
     owner: tuple[str, str] | None = None  # (kind, name) of the object whose controller makes the pods, if not this
     group: str = ""  # API group of the workload ("" for the core group)

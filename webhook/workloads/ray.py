@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import workload as labels
+from webhook.core.podspec import workload as labels
+
 from .model import Builder, Context, Skipped, at, count, mapping, sequence
 
 

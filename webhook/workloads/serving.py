@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core import workload as labels
+from webhook.core.podspec import workload as labels
+
 from .model import Builder, Context, count, mapping, sequence
 
 # Component fields that are KServe's, not the pod's

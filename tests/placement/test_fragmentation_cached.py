@@ -1,0 +1,189 @@
+"""The cached per-kind path (values kept per state and kind, groups of kinds filled at once, the
+expectation kept per state for the last mix) gives the direct computation's values under random mixes,
+in any order of mixes, and the scorer's choices under a changing mix are those of a fresh index."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+import webhook.core.placement.fragmentation as fragmentation
+from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.placement.fragmentation import (
+    FILLED,
+    MILLI,
+    TIE_BREAK,
+    compiled_mix,
+    expected,
+    fragmentation_delta,
+    measured,
+    node_fragmentation,
+    node_state,
+    node_states,
+    states_delta,
+)
+from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+
+CARD = 16000
+MODELS = ("A10", "T4", "V100M32")
+
+
+def brute_waste(free: int, sizes: tuple[int, ...]) -> float:
+    """What of a card's free part the shares leave unused, each next share drawn alike among those that
+    fit, by the recursion itself."""
+    @functools.cache
+    def waste(left: int) -> float:
+        fits = [s for s in sizes if s <= left]
+        return float(left) if not fits else sum(waste(left - s) for s in fits) / len(fits)
+
+    return waste(free)
+
+
+def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[WorkloadShape, ...]) -> float:
+    """The measure straight from its definition (module docstring), one kind at a time."""
+    total = sum(free)
+    if not total:
+        return 0.0
+    kinds = [k for k in mix if k.gpus > 0 and k.milli > 0 and k.weight > 0]
+    weights = sum(k.weight for k in kinds)
+    sizes = tuple(sorted({min(k.milli, MILLI) for k in kinds if k.gpus == 1 and k.milli < MILLI}))
+    value = 0.0
+    for k in kinds:
+        milli = min(k.milli, MILLI)
+        if k.models and not any(m.lower() in model.lower() for m in k.models):
+            v = float(total)
+        else:
+            fitting = sum(1 for f in free if f >= milli)
+            slots = sum(f // milli for f in free) if k.gpus == 1 else fitting // k.gpus
+            sharing = k.gpus == 1 and milli < MILLI and fitting >= 1
+            if fitting < k.gpus:
+                stranded = float(total)
+            elif sharing:
+                stranded = sum(brute_waste(f, sizes) for f in free if f < milli)
+            else:
+                stranded = float(sum(f for f in free if f < milli))
+            next_task = total if cpu < k.cpu_milli or memory < k.memory_mib else stranded
+            if milli == MILLI:
+                v = float(next_task)
+            else:
+                tasks = slots
+                if k.cpu_milli:
+                    tasks = min(tasks, cpu // k.cpu_milli)
+                if k.memory_mib:
+                    tasks = min(tasks, memory // k.memory_mib)
+                if tasks == slots and sharing:
+                    left = sum(brute_waste(f % milli, sizes) for f in free)
+                else:
+                    left = total - tasks * k.gpus * milli
+                v = FILLED * left + (1 - FILLED) * next_task
+        value += k.weight / weights * v
+    return value / MILLI
+
+
+# A small pool of kinds, so that random mixes share kinds (and groups of kinds) with earlier ones and
+# the cache's partly filled vectors are exercised; CPU and memory needs around what the nodes have left.
+POOL = [
+    WorkloadShape(g, m, 1.0, c, r, models)
+    for g, m in ((1, 110), (1, 250), (1, 470), (1, 500), (1, 810), (1, 1000), (2, 1000), (4, 1000), (8, 1000))
+    for c, r in ((0, 0), (4000, 0), (16000, 30000), (48000, 100000))
+    for models in ((), ("t4",), ("a10", "v100"))
+]
+
+
+def random_mix(rng: random.Random) -> tuple[WorkloadShape, ...]:
+    kinds = rng.sample(POOL, rng.randint(1, 24))
+    return tuple(WorkloadShape(k.gpus, k.milli, rng.choice((0.5, 1.0, 3.0, rng.random())), k.cpu_milli,
+                               k.memory_mib, k.models) for k in kinds)
+
+
+def random_node(rng: random.Random) -> tuple[Node, NodeUsage]:
+    gpus = rng.choice((1, 2, 4, 8))
+    model = rng.choice(MODELS)
+    cpu, memory = rng.choice((32000, 64000, 96000)), rng.choice((131072, 262144))
+    node = Node(name="n", gpus=tuple(Gpu(i, f"u{i}", model, CARD) for i in range(gpus)),
+                cpu_milli=cpu, memory_mib=memory)
+    cards = []
+    for _ in range(gpus):
+        milli = rng.choice((0, 0, 110, 190, 250, 470, 530, 810, 1000))
+        cards.append(GpuUsage(memory_mib=CARD * milli // 1000, cores=milli // 10, tasks=1 if milli else 0,
+                              exclusive=milli == 1000))
+    return node, NodeUsage(gpus=tuple(cards), cpu_milli=rng.randrange(0, cpu + 1, 2000),
+                           memory_mib=rng.randrange(0, memory + 1, 4096))
+
+
+def test_cached_values_are_the_direct_computation_under_random_mixes() -> None:
+    rng = random.Random(7)
+    nodes = [random_node(rng) for _ in range(60)]
+    for _ in range(40):  # each mix re-weighs the states the earlier ones filled, and fills new kinds
+        mix = random_mix(rng)
+        for node, use in rng.sample(nodes, 20):
+            state = node_state(node, use)
+            want = brute(node.gpu_model, list(state[0]), state[1], state[2], mix)
+            assert node_fragmentation(node, use, mix) == pytest.approx(want, rel=1e-12, abs=1e-12)
+            assert expected(measured(node.gpu_model.lower(), state), compiled_mix(mix)) == \
+                node_fragmentation(node, use, mix)
+
+
+def test_cached_values_do_not_depend_on_what_was_computed_before() -> None:
+    # Bit for bit: the same state under the same mix, warm (after other mixes) and from empty caches.
+    rng = random.Random(11)
+    nodes = [random_node(rng) for _ in range(30)]
+    mixes = [random_mix(rng) for _ in range(12)]
+    warm = {}
+    for mix in mixes:
+        for i, (node, use) in enumerate(nodes):
+            warm[(i, id(mix))] = node_fragmentation(node, use, mix)
+    for mix in reversed(mixes):
+        for i, (node, use) in enumerate(nodes):
+            for memo in (fragmentation._VALUES, fragmentation._VECTORS, fragmentation._STATES,
+                         fragmentation._HELD, fragmentation._CARDS):
+                memo.clear()
+            assert node_fragmentation(node, use, mix) == warm[(i, id(mix))]
+
+
+def test_a_full_registry_is_dropped_without_stale_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scorer holds states across a drop of the kinds registry: their values re-index, not misread.
+    rng = random.Random(3)
+    monkeypatch.setattr(fragmentation, "_KINDS_LIMIT", 8)
+    nodes = [random_node(rng) for _ in range(20)]
+    held = [(node, use, measured(node.gpu_model.lower(), node_state(node, use))) for node, use in nodes]
+    for _ in range(30):
+        mix = random_mix(rng)
+        compiled = compiled_mix(mix)
+        for node, _, found in held:
+            state = found.state
+            assert expected(found, compiled) == pytest.approx(
+                brute(node.gpu_model, list(state[0]), state[1], state[2], mix), rel=1e-12, abs=1e-12)
+
+
+def test_scores_under_a_changing_mix_are_a_fresh_index_s() -> None:
+    # The scorer keeps each option's states and re-weighs them for a new mix: every option's score must
+    # be minus the fragmentation delta computed directly, and match a fresh index's.
+    rng = random.Random(5)
+    pairs = [random_node(rng) for _ in range(12)]
+    nodes = {f"n{i}": Node(name=f"n{i}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
+             for i, (n, _) in enumerate(pairs)}
+    usage = {f"n{i}": u for i, (_, u) in enumerate(pairs)}
+    index = NodeIndex.build(nodes, usage)
+    requests = [PodRequest("ns", f"p{i}", gpus=g, memory_pct=p, cores=p, cpu_milli=c)
+                for i, (g, p, c) in enumerate(((1, 25, 1000), (1, 47, 4000), (1, 19, 0), (2, 100, 8000)))]
+    for _ in range(15):
+        mix = random_mix(rng)
+        ctx = PlacementContext(policy="fragmentation", limit=50, workload_mix=mix)
+        for request in requests:
+            options = place(request, index, ctx).options
+            fresh = place(request, NodeIndex.build(nodes, usage), ctx).options
+            assert [(o.node, o.gpus, o.score) for o in options] == [(o.node, o.gpus, o.score) for o in fresh]
+            for option in options:
+                node, before = nodes[option.node], usage[option.node]
+                after = commit(before, option, request, node)
+                delta = fragmentation_delta(node, before, after, mix)
+                assert option.score == pytest.approx(-delta, rel=1e-12, abs=1e-12)
+                assert states_delta(node_states(node, before, after), mix) == delta
+                want = (brute(node.gpu_model, list(node_state(node, after)[0]), *node_state(node, after)[1:], mix)
+                        - brute(node.gpu_model, list(node_state(node, before)[0]), *node_state(node, before)[1:],
+                                mix)
+                        + TIE_BREAK * sum(node_state(node, after)[0]) / MILLI)
+                assert -option.score == pytest.approx(want, rel=1e-9, abs=1e-12)

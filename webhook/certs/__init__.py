@@ -1,0 +1,1 @@
+"""Certificates: a CA and a serving certificate, on disk or in a Secret."""

@@ -1,0 +1,1 @@
+"""One module per `gpu-admission` subcommand: its arguments and its run()."""

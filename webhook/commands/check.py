@@ -1,0 +1,364 @@
+"""`gpu-admission check`: decide the GPU pods of manifests offline, through the webhook's own functions.
+
+Each workload's pods go through `admit.mutate()`, the patch is applied, and the patched pod through
+`admit.validate()`, exactly as the API server would chain the two webhooks. Admitted pods are counted
+into the snapshot, so later workloads see the capacity and quota the earlier ones took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .check_report import EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT, summary  # noqa: F401 - the module's API
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="manifest files or directories (*.yaml, *.yml, *.json), or - for stdin")
+    parser.add_argument("--cluster", action="append", default=[], metavar="PATH",
+                        help="cluster objects (Nodes, Namespaces, ResourceQuotas, Pods, GPUInventories); "
+                             "repeatable; default: the embedded demo cluster")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="read the cluster state from a live cluster instead")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
+    parser.add_argument("--policy", metavar="FILE", help="policy file (default: built-in defaults)")
+    parser.add_argument("-n", "--namespace", default="default",
+                        help="namespace for manifests that do not set one (default: default)")
+    parser.add_argument("-o", "--output", choices=("text", "json", "junit"), default="text")
+    parser.add_argument("-v", "--verbose", action="store_true", help="text output: show each patch")
+
+
+@dataclass
+class Result:
+    source: str
+    kind: str
+    name: str
+    namespace: str  # "" for cluster-scoped objects
+    managed: bool = True
+    allowed: bool = True
+    code: int = 200
+    message: str = ""
+    reason: str = ""
+    warnings: list[str] = field(default_factory=list)
+    patch: list[Mapping[str, Any]] = field(default_factory=list)
+    allocation: dict[str, Any] | None = None
+    replicas: int = 1
+    skipped: bool = False
+    nodes: list[str] = field(default_factory=list)
+    role: str = ""  # the pod template's role in its workload ("Worker", "head", ...)
+    notes: list[str] = field(default_factory=list)  # how the pods were found and counted
+    walked: bool = False  # found by walking a kind check does not know
+    error: bool = False  # an input error: the document could not be read or decided (exit code 2)
+    error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
+    group: str = ""  # API group of a decided workload: text writes "Job (batch.volcano.sh)"
+    pods: list[dict[str, Any]] = field(default_factory=list)  # each pod decided: name, verdict, allocation
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "kind": self.kind, "name": self.name, "namespace": self.namespace,
+            "group": self.group, "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
+            "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
+            "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
+            "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
+            "pods": self.pods,
+        }
+
+
+def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from webhook.cluster.files import demo_objects, load_cluster
+
+    if args.kubeconfig:
+        from .snapshot import live_objects
+
+        return list(live_objects(args.kubeconfig, args.context))
+    if args.cluster:
+        return list(load_cluster(args.cluster))
+    return list(demo_objects())
+
+
+def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_namespace: str) -> list[Result]:
+    """Decide every pod template in order; each admitted pod is counted before the next is decided."""
+    from webhook.core.admission import admit
+    from webhook.workloads import ClaimObject, Problem, Skipped, is_cluster_scoped
+
+    results: list[Result] = []
+    lws_sizes = {(w.source, w.name): w.group_size + 1 for w in workloads
+                 if getattr(w, "family", "") == "lws" and getattr(w, "role", "") == "worker"}
+    for item in workloads:
+        if isinstance(item, Problem):
+            scoped = not item.kind or is_cluster_scoped(None, item.kind)
+            namespace = item.namespace or ("" if scoped else default_namespace)
+            results.append(Result(item.source, item.kind, item.name, namespace, managed=False,
+                                  allowed=False, code=0, reason="input-error", message=item.message, replicas=0,
+                                  error=True, error_field=item.field))
+        elif isinstance(item, ClaimObject):
+            results.append(_decide_claim(item, snapshot, policy, item.namespace or default_namespace))
+        elif isinstance(item, Skipped):
+            namespace = "" if item.cluster_scoped else item.namespace or default_namespace
+            managed = bool(namespace) and admit.is_managed(namespace, snapshot, policy)
+            results.append(Result(item.source, item.kind, item.name, namespace, managed=managed, skipped=True,
+                                  reason="skipped", message=item.reason, replicas=0))
+        else:
+            namespace = item.namespace or default_namespace
+            try:
+                result, snapshot = _decide(item, snapshot, policy, namespace,
+                                           lws_sizes.get((item.source, item.name), 1))
+            except Exception as err:  # noqa: BLE001 - one pod the core chokes on must not end the run
+                result = Result(item.source, item.kind, item.name, namespace, managed=False, allowed=False,
+                                code=500, reason="input-error", role=item.role, replicas=item.replicas,
+                                message=f"could not be decided: internal error ({type(err).__name__}: {err})",
+                                error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
+            results.append(result)
+    _note_open_groups(results, snapshot)
+    return results
+
+
+def _note_open_groups(results: list[Result], snapshot: Any) -> None:
+    """A group whose pods state no size (a training operator job, a Ray worker group) is placed by its
+    first pod without knowing how many follow: say how to tell the webhook, with the count check saw."""
+    for key, record in sorted(snapshot.groups.items()):
+        if record.size is not None:
+            continue
+        entries = [(r, p) for r in results for p in r.pods if p.get("group", {}).get("name") == key]
+        minimum = max((p["group"]["minimum"] for _, p in entries), default=1)
+        if not entries or len(record.members) <= minimum:
+            continue
+        entries[0][0].notes.append(
+            f"group {key}: its pods state no size, so the webhook's first pod chooses a domain with room for "
+            f"{minimum} pod{'s' if minimum != 1 else ''}, not all {len(record.members)}; annotate its pod templates "
+            f"with gpu-admission.io/group-size: \"{len(record.members)}\" to have the whole group placed together")
+
+
+def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Result:
+    """A ResourceClaim or ResourceClaimTemplate, decided by the validating webhook's own function."""
+    from webhook.core.admission.dra_objects import check_claim_object
+    from webhook.workloads.claims import admission_request
+
+    decision = check_claim_object(admission_request(item, namespace), snapshot, policy)
+    return Result(item.source, item.kind, item.name, namespace, managed=decision.managed,
+                  allowed=decision.allowed, code=decision.code if not decision.allowed else 200,
+                  message=decision.message, reason=decision.reason, replicas=0, group="resource.k8s.io",
+                  warnings=list(decision.warnings))
+
+
+def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int = 1) -> tuple[Result, Any]:
+    """The pods of one template, one by one as the controller creates them; the snapshot with those admitted.
+
+    A template with 0 pods now (scaled to zero, autoscaled from 0) is still decided as one pod, not
+    counted, so a pod that can never be admitted is reported before it is scaled up."""
+    import jsonpatch
+
+    from webhook.cluster.observe import with_pod as observed_with
+    from webhook.core.admission import admit
+    from webhook.core.placement.state import with_allocation
+    from webhook.core.podspec import workload as controllers
+    from webhook.core.podspec.record import allocation_to_json
+
+    result = Result(item.source, item.kind, item.name, namespace, replicas=item.replicas, role=item.role,
+                    notes=list(item.notes), walked=item.walked, group=item.group)
+    owner_kind, owner_name = item.controller
+    pods = max(item.replicas, 1)
+    for replica in range(pods):
+        pod = copy.deepcopy(dict(item.pod))
+        meta = dict(pod.get("metadata") or {})
+        meta["namespace"] = namespace
+        base = meta.get("name") or meta.get("generateName") or item.name or "pod"
+        if item.kind != "Pod":
+            meta.pop("generateName", None)
+            suffix = f"{item.role}-{replica}".lower().replace(" ", "-").replace(":", "").replace("/", "-")
+            meta["name"] = f"{str(base).rstrip('-')}-{suffix if item.role else replica}"
+        if item.family:  # the labels the workload's controller sets on each pod it creates
+            labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+            meta["labels"] = {**labels, **controllers.pod_labels(
+                item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
+            _add_group_size(meta, item, lws_size)
+        pod["metadata"] = meta
+        name = str(meta.get("name") or base)  # a Pod with only generateName: named by its prefix
+        mutated = admit.mutate(pod, snapshot, policy, namespace=namespace)
+        decision = mutated
+        if mutated.allowed and mutated.gpu_pod and mutated.managed:
+            patched = jsonpatch.apply_patch(pod, [dict(op) for op in mutated.patch]) if mutated.patch else pod
+            patched["metadata"]["uid"] = f"check-{item.source}{item.template_path}-{replica}"
+            decision = admit.validate(patched, snapshot, policy, namespace=namespace)
+            if item.replicas and decision.allowed:  # as the ledger records it between the replicas
+                decision, snapshot = _join_group(patched, namespace, decision, snapshot, name)
+        result.pods.append(_pod_entry(name, decision if decision.allocation else mutated, decision,
+                                      snapshot, pod, namespace))
+        if replica == 0:
+            result.managed = mutated.managed
+            result.patch = [dict(op) for op in mutated.patch]
+            result.allocation = allocation_to_json(mutated.allocation) if mutated.allocation else None
+            result.message, result.reason = decision.message, decision.reason
+        for warning in (*mutated.warnings, *decision.warnings):
+            if warning not in result.warnings:
+                result.warnings.append(warning)
+        if not decision.allowed:
+            result.allowed, result.code, result.reason = False, decision.code, decision.reason
+            prefix = f"pod {replica + 1} of {item.replicas}: " if item.replicas > 1 else ""
+            prefix = "0 pods now; one pod of it: " if item.replicas == 0 else prefix
+            result.message = prefix + decision.message
+            break
+        if item.replicas and decision.allocation is not None and mutated.gpu_pod and mutated.managed:
+            snapshot = with_allocation(snapshot, namespace, decision.allocation)
+            snapshot = observed_with(snapshot, patched)  # the learned workload mix counts it too
+            if decision.allocation.node:
+                result.nodes.append(decision.allocation.node)
+    if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
+        result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes) + _domains_text(result.pods)
+    elif item.replicas == 0:
+        result.notes.append("0 pods now: one pod decided, not counted")
+    if getattr(item, "per_node", False):
+        result.warnings.append("DaemonSet: evaluated as one pod; it runs one per eligible node")
+    return result, snapshot
+
+
+def _with_live_groups(snapshot: Any, objects: list[dict[str, Any]]) -> Any:
+    """The groups the webhook's ledger already placed (its `gpu-admission-groups` ConfigMap, listed with
+    `--kubeconfig` or written in a --cluster file): their pods follow their domains here too."""
+    from dataclasses import replace
+
+    from webhook.cluster.group_ledger import records_in
+
+    records = records_in(objects)
+    return replace(snapshot, groups={**snapshot.groups, **records}) if records else snapshot
+
+
+def _add_group_size(meta: dict[str, Any], item: Any, lws_size: int) -> None:
+    """The group size the controller states on each pod: LeaderWorkerSet's size annotation, JobSet's
+    replicated-job Job count (a label and an annotation). The training operator, Ray and Volcano state
+    none: their groups are open-ended unless the template carries gpu-admission.io/group-size."""
+    from webhook.core.placement.groups import JOBSET_REPLICAS, LWS_SIZE
+    from webhook.core.podspec import workload as controllers
+
+    extra: dict[str, str] = {}
+    if item.family == controllers.LWS:  # `lws_size`: the size its worker template was counted with
+        extra[LWS_SIZE] = str(lws_size if item.role == "leader" else item.group_size + (item.role == "worker"))
+    elif item.family == controllers.JOBSET:
+        extra[JOBSET_REPLICAS] = str(max(item.replicas // max(item.group_size, 1), 1))
+        meta["labels"] = {**meta["labels"], **extra}
+    if extra:
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        meta["annotations"] = {**extra, **annotations}
+
+
+def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot: Any, member: str) -> tuple[Any, Any]:
+    """Record an admitted pod in its group's record as the webhook's ledger does (`groups.commit`), so the
+    next replica follows the domain; a refusal denies the pod as the ledger would (403)."""
+    from dataclasses import replace
+
+    from webhook.core.domain.model import Decision
+    from webhook.core.placement.group_room import domain_free, split_domain
+    from webhook.core.placement.groups import commit, group_of
+
+    allocation = decision.allocation
+    if allocation is None or not allocation.group or not allocation.domain:
+        return decision, snapshot
+    ref = group_of(pod, namespace)
+    if ref is None:
+        return decision, snapshot
+    level, value = split_domain(allocation.domain)
+    outcome = commit(snapshot.groups, ref, level, value, allocation.gpu_count, member,
+                     free=domain_free(snapshot, allocation.domain))
+    if isinstance(outcome, str):
+        return Decision(False, 403, f"{outcome}; the webhook refuses this pod until that group's pods are in",
+                        "group-domain-taken", decision.warnings), snapshot
+    return decision, replace(snapshot, groups={**snapshot.groups, outcome.key: outcome})
+
+
+def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mapping[str, Any],
+               namespace: str) -> dict[str, Any]:
+    """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, its group as the
+    webhook reads it from the pod (size stated, or the minimum known) and the domain its node is in (the
+    group's own domain, unless the preferred mode placed it outside)."""
+    from webhook.core.placement.group_place import topology_owner
+    from webhook.core.placement.group_room import split_domain
+    from webhook.core.placement.groups import group_of
+    from webhook.core.podspec.record import allocation_to_json
+    from webhook.core.podspec.vendors import mapping_of
+
+    entry: dict[str, Any] = {"name": name, "allowed": decision.allowed, "reason": decision.reason}
+    if not decision.allowed:
+        entry.update(code=decision.code, message=decision.message)
+    allocation = placed.allocation
+    entry["allocation"] = allocation_to_json(allocation) if allocation is not None else None
+    if allocation is not None and allocation.group:
+        try:
+            ref = group_of(pod, namespace)
+        except ValueError:
+            ref = None
+        if ref is not None:
+            entry["group"] = {"name": ref.key, "size": ref.size, "minimum": ref.minimum}
+            owner = topology_owner(pod, str(mapping_of(pod.get("spec")).get("schedulerName") or ""))
+            if owner:  # Kueue TAS, KAI or another scheduler places the group between nodes
+                entry["group"]["topology"] = owner
+        level, _ = split_domain(allocation.domain)
+        node = snapshot.nodes.get(allocation.node or "")
+        value = node.labels.get(level) if node is not None and level else None
+        entry["domain"] = f"{level}={value}" if value is not None else allocation.domain if not node else ""
+    return entry
+
+
+def _domains_text(pods: list[dict[str, Any]]) -> str:
+    """", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise;
+    ", topology left to Kueue TAS" where another system places the group."""
+    owners = {p["group"].get("topology", "") for p in pods if "group" in p}
+    if len(owners) == 1 and "" not in owners:  # its domain is that system's, not the webhook's
+        return f", topology left to {owners.pop()}"
+    domains = [p["domain"] for p in pods if "domain" in p]
+    if not any(domains):
+        return ""
+    distinct = sorted(set(domains))
+    if len(distinct) == 1:
+        return f", all in {distinct[0]}"
+    return f", split over {len(distinct)} domains" + (" (some pods in none)" if "" in distinct else "")
+
+
+def _nodes_text(nodes: list[str]) -> str:
+    if not nodes:
+        return "no node free now"
+    distinct = sorted(set(nodes))
+    return "nodes " + ", ".join(distinct[:4]) + (f" (+{len(distinct) - 4})" if len(distinct) > 4 else "")
+
+
+DEMO_BANNER = (
+    "Deciding against the embedded demo cluster (2 H100 and 2 A100 nodes with 8 GPUs each, 2 L4 and 1 T4 node; "
+    "managed namespaces team-a and team-b, see webhook/demo/cluster.yaml); some examples are denied on purpose, "
+    "so exit code 1 is expected. Pass --cluster or --kubeconfig to decide against your own cluster."
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.cluster.files import with_manifest_claims, with_manifest_config_maps
+    from webhook.cluster.translate import build_snapshot
+    from webhook.errors import UserError
+    from webhook.manifests import read_all
+    from webhook.policyfile.read import load_policy
+    from webhook.workloads import workloads
+
+    from .check_report import exit_code, render_json, render_junit, render_text
+
+    policy = load_policy(args.policy)
+    objects = _cluster_objects(args)
+    try:
+        snapshot = build_snapshot(objects, dra_classes=policy.dra_device_classes)
+    except ValueError as err:
+        raise UserError(f"invalid cluster state: {err}") from None
+    snapshot = _with_live_groups(snapshot, objects)
+    documents = read_all(args.paths, stdin=sys.stdin)
+    # DRA claims and claim templates written next to the workloads count as if they existed already.
+    snapshot = with_manifest_claims(snapshot, documents, args.namespace)
+    snapshot = with_manifest_config_maps(snapshot, documents, args.namespace)  # what their envFrom reads
+    results = evaluate(workloads(documents), snapshot, policy, args.namespace)
+    if args.output == "json":
+        print(render_json(results))
+    elif args.output == "junit":
+        print(render_junit(results))
+    else:
+        if not args.cluster and not args.kubeconfig:
+            print(DEMO_BANNER)
+        print(render_text(results, args.verbose))
+    return exit_code(results)

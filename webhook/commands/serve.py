@@ -1,0 +1,249 @@
+"""`gpu-admission serve`: the admission webhook over HTTPS (gunicorn, threaded worker, keep-alive).
+
+Wires the layers together: cluster files or the embedded demo (or the live watch cache) become the
+snapshot source, certificates come from --cert-dir (made for development when absent), and gunicorn
+runs the Flask app. One worker process with threads is the default so that the in-process
+reservations are shared by every admission; with the live cluster, `--reservations api` keeps them in
+ConfigMaps instead, shared by every worker and replica.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from webhook.errors import UserError
+
+DEFAULT_NAMESPACE = "gpu-admission"
+DEFAULT_SERVICE = "gpu-admission"
+LIVE_SOURCE_MODULE = "webhook.cluster.source"
+RESERVATION_STORES = ("memory", "api")
+RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
+RECORD_KEY_ENV = "GPU_ADMISSION_RECORD_KEY_FILE"  # the key that seals decision records (the chart's Secret)
+
+log = logging.getLogger("webhook.commands.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the admission webhook: POST /mutate and /validate (AdmissionReview v1), GET /healthz, /readyz "
+        "and /metrics, over HTTPS only. The default is ONE worker process with --threads threads, so the "
+        "reservations of admitted pods are shared by all admissions; several workers would each keep their "
+        "own and are refused unless the live cluster keeps them (--reservations api)."
+    )
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="cluster objects (YAML/JSON files or directories, repeatable) to answer from; "
+        "default: the live cluster with --kubeconfig/--in-cluster, else the embedded demo",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="watch a live cluster with this kubeconfig")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
+    parser.add_argument("--in-cluster", action="store_true", help="watch the cluster this pod runs in")
+    parser.add_argument("--policy", metavar="FILE", help="policy YAML, re-read when it changes (default: built-in)")
+    parser.add_argument(
+        "--cert-dir",
+        default="certs",
+        metavar="DIR",
+        help="tls.crt and tls.key; a development CA and certificate are made here when absent (default: certs)",
+    )
+    parser.add_argument(
+        "--bind", default="0.0.0.0:8443", metavar="HOST:PORT", help="listen address (default 0.0.0.0:8443)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1: reservations are in-process, keep one worker)",
+    )
+    parser.add_argument("--threads", type=int, default=8, metavar="N", help="threads per worker (default 8)")
+    parser.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    parser.add_argument("--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        help=f"the webhook's own namespace, never admitted against (default: $POD_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--reservations",
+        choices=RESERVATION_STORES,
+        default=None,
+        help="where admitted pods are recorded until the watch sees them, with the live cluster: memory "
+        "(in this process; one replica) or api (ConfigMaps in --namespace, shared by every replica) "
+        "(default: $GPU_ADMISSION_RESERVATIONS, else memory)",
+    )
+    parser.add_argument(
+        "--service",
+        default=DEFAULT_SERVICE,
+        metavar="NAME",
+        help="Service name in development certificates (default gpu-admission)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.server.app import ServerConfig, create_app
+    from webhook.server.gunicorn_app import GunicornOptions, serve_forever
+    from webhook.server.logs import configure_logging
+
+    configure_logging(args.log_level)
+    namespace = args.namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+    _check_numbers(args)
+    if args.policy:
+        from webhook.policyfile.read import load_policy
+
+        load_policy(args.policy)  # a bad policy fails here, with the field named, before serving
+    tls_files = _tls_files(args, namespace)
+    record_key = _record_key()  # here, before the workers fork: all of them must seal with one key
+    source_factory = _source_factory(args, namespace)
+    options = GunicornOptions(bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level)
+
+    def app_factory() -> Any:
+        # Runs in the worker, after the fork: a live source starts its watch threads here.
+        config = ServerConfig(
+            source=source_factory(),
+            namespace=namespace,
+            policy_file=args.policy,
+            cert_file=tls_files.cert_file,
+            record_key=record_key,
+        )
+        return create_app(config)
+
+    log.info(
+        "serving",
+        extra={
+            "bind": args.bind,
+            "workers": args.workers,
+            "threads": args.threads,
+            "namespace": namespace,
+            "tls_min": args.tls_min,
+        },
+    )
+    serve_forever(app_factory, options, tls_files)
+    return 0
+
+
+def _record_key() -> bytes:
+    """The key in $GPU_ADMISSION_RECORD_KEY_FILE, else a random one (then one replica only: another
+    replica could not verify this one's records, and its validation would refuse them)."""
+    path = os.environ.get(RECORD_KEY_ENV)
+    if not path:
+        log.warning("$%s not set: decision records are sealed with a random key; run one replica only", RECORD_KEY_ENV)
+        return os.urandom(32)
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the record key (${RECORD_KEY_ENV}): {err.strerror or err}") from None
+    if len(key) < 16:
+        raise UserError(f"{path}: the record key (${RECORD_KEY_ENV}) must be at least 16 bytes, got {len(key)}")
+    return key
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1, got {args.workers}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be at least 1, got {args.threads}")
+    host, sep, port = args.bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--bind must be HOST:PORT, got {args.bind!r}")
+
+
+def _tls_files(args: argparse.Namespace, namespace: str) -> Any:
+    import ssl
+
+    from webhook.certs.authority import ensure_dev_certificates
+    from webhook.server.tls import TlsFiles, build_context
+
+    paths, made = ensure_dev_certificates(Path(args.cert_dir), args.service, namespace)
+    if made:
+        log.warning(
+            "no certificate in %s: made a development CA and serving certificate; the CA is %s",
+            args.cert_dir,
+            paths.ca_cert.resolve(),
+        )
+    if args.client_ca and not Path(args.client_ca).is_file():
+        raise UserError(f"{args.client_ca}: --client-ca file not found")
+    files = TlsFiles(str(paths.cert), str(paths.key), args.client_ca, args.tls_min)
+    try:
+        build_context(files)
+    except (OSError, ssl.SSLError) as err:
+        raise UserError(f"{paths.cert}, {paths.key}: cannot load the certificate pair: {err}") from None
+    return files
+
+
+def _reservation_store(args: argparse.Namespace) -> str:
+    """--reservations, else $GPU_ADMISSION_RESERVATIONS, else memory."""
+    if args.reservations:
+        return str(args.reservations)
+    kind = os.environ.get(RESERVATIONS_ENV) or "memory"
+    if kind not in RESERVATION_STORES:
+        raise UserError(f"${RESERVATIONS_ENV} must be memory or api, got {kind!r}")
+    return kind
+
+
+def _live_source_builder() -> Any:
+    """`webhook.cluster.source.build_source` when that module provides it (imported only when asked for)."""
+    if importlib.util.find_spec(LIVE_SOURCE_MODULE) is None:
+        return None
+    return getattr(importlib.import_module(LIVE_SOURCE_MODULE), "build_source", None)
+
+
+def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
+    """A callable making the snapshot source in the worker; static snapshots are loaded now, in the parent."""
+    from webhook.server.source import StaticSource
+
+    reservations = _reservation_store(args)
+    live = bool(args.kubeconfig or args.in_cluster)
+    if live and not args.cluster:
+        build_source = _live_source_builder()
+        if build_source is not None:
+            if args.workers > 1 and reservations == "memory":
+                raise UserError(
+                    f"--workers {args.workers} with --reservations memory: each worker process would keep its "
+                    "own reservations and admit past a quota; use --reservations api or --workers 1"
+                )
+
+            def live_source() -> Any:
+                return build_source(
+                    kubeconfig=args.kubeconfig,
+                    context=args.context,
+                    in_cluster=args.in_cluster,
+                    namespace=namespace,
+                    policy_file=args.policy,
+                    reservations=reservations,
+                )
+
+            return live_source
+        log.warning("the live cluster source is not part of this installation; answering from the demo cluster")
+    if reservations == "api":
+        static = "--cluster files" if args.cluster else "the embedded demo cluster"
+        raise UserError(
+            f"--reservations api needs the live cluster (--in-cluster or --kubeconfig, without --cluster): "
+            f"answering from {static}, reservations stay in this process"
+        )
+    if args.workers > 1:
+        raise UserError(
+            f"--workers {args.workers}: with a static snapshot each worker process would keep its own "
+            "reservations and admit past a quota; use --workers 1 with --threads instead"
+        )
+    from webhook.cluster.files import demo_objects, load_cluster
+    from webhook.cluster.translate import build_snapshot
+
+    if args.cluster:
+        objects, description = load_cluster(args.cluster), "cluster files " + ", ".join(args.cluster)
+    else:
+        objects, description = demo_objects(), "embedded demo cluster"
+    try:
+        snapshot = build_snapshot(objects)
+    except ValueError as err:
+        raise UserError(f"{description}: {err}") from None
+    source = StaticSource(snapshot, description=description)
+    return lambda: source

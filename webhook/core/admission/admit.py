@@ -1,0 +1,525 @@
+"""The entry points: `mutate()` plans a GPU pod's placement and limits, `validate()` commits to them.
+
+The webhook, `gpu-admission check` and the tests call exactly these two functions, so the offline
+answer is the online answer. Mutation plans; validation sees the final pod (after every mutating
+webhook) and re-checks quota against the recorded allocation, which the server then reserves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from webhook.core.domain.model import (
+    Allocation,
+    Decision,
+    Node,
+    Option,
+    Placement,
+    PodRequest,
+    Snapshot,
+    TopologyClass,
+    TopologyPreference,
+)
+from webhook.core.placement import group_place, mig
+from webhook.core.placement.mixlearn import learned_mix
+from webhook.core.placement.place import PlacementContext, WorkloadShape, index_of, place
+from webhook.core.podspec import patch as patches
+from webhook.core.podspec.dialects import mode_warnings
+from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
+from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
+from webhook.core.podspec.podshape import shape_error
+from webhook.core.podspec.record import ANNOTATION, Sealed, sealed_text, shape_of
+from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.vendors import (
+    TOPOLOGY_MODELLED,
+    enforced_backend,
+    is_mapping,
+    kept_for_scheduler,
+    list_of,
+    mapping_of,
+    unenforced_slice,
+)
+from webhook.core.policy.model import Policy
+
+from . import dra, isolation, node_routes, slices, trust
+from .quota import check_quota
+from .rules import check_policy, check_satisfiable, whole_cards
+
+COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
+DEFAULT_SCHEDULERS = ("", "default-scheduler")
+MAX_WARNING = 119
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _allow(reason: str, message: str = "", *, managed: bool = True, gpu_pod: bool = True,
+           warnings: tuple[str, ...] = ()) -> Decision:
+    return Decision(True, 200, message, reason, warnings, (), None, managed, gpu_pod)
+
+
+def _deny(code: int, reason: str, message: str, warnings: tuple[str, ...] = ()) -> Decision:
+    return Decision(False, code, message, reason, warnings, (), None, True, True)
+
+
+def _warn(text: str) -> str:
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+def is_managed(namespace: str, snapshot: Snapshot, policy: Policy) -> bool:
+    """Labelled namespaces (or every namespace but kube-system, in the policy's "all" mode)."""
+    if namespace == "kube-system":
+        return False
+    if policy.managed_namespaces == "all":
+        return True
+    ns = snapshot.namespaces.get(namespace)
+    return ns is not None and ns.managed
+
+
+MAX_VIOLATIONS = 5  # a denial names this many; a pod of 20,000 bad containers gets a short message
+
+
+def _violations_message(request: PodRequest) -> str:
+    shown = [v.message for v in request.violations[:MAX_VIOLATIONS]]
+    more = len(request.violations) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    """A limit variable in the pod that differs from what the allocation dictates (a lifted limit)."""
+    for c in request.containers:
+        container = patches.container_of(request.raw, c)
+        count = c.gpu.count if c.gpu else 0
+        wanted = dict(limit_env(backend, count, *allocation.slice_of(c.name)))
+        for env in list_of(container.get("env")):
+            if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
+                continue
+            name = str(env.get("name"))
+            # A per-device compute limit is a pin of the container's own cap (isolation.pin_ops).
+            expected = wanted.get(name, wanted.get("CUDA_DEVICE_SM_LIMIT") if is_sm_device_env(name) else None)
+            if expected != env.get("value") or "valueFrom" in env:
+                return (f"container {c.name} sets {name}={env.get('value')!r}, which this product manages "
+                        f"(allocation: {allocation.memory_mib} MiB, {allocation.cores}% per GPU): remove it")
+    return None
+
+
+def _kept_mismatch(request: PodRequest, recorded: Allocation) -> str | None:
+    """What in the pod's resources disagrees with the recorded decision. A default-scheduler pod must
+    carry no slice resource any more (the first pass moved them all); a pod of a scheduler that reads
+    them keeps them, and their figures must still be the recorded ones."""
+    kept = request.scheduler_name
+    for c in request.containers:
+        for name in c.moved_resources:
+            if not kept_for_scheduler(kept, name):
+                return f"GPU memory/compute resource {name}"
+    for c in request.containers:
+        if c.gpu is None or not c.moved_resources:
+            continue
+        memory, cores = recorded.slice_of(c.name)
+        if c.gpu.memory_mib is not None and c.gpu.memory_mib != memory:
+            return f"{c.gpu.memory_mib} MiB of GPU memory in {c.name!r}, not the recorded {memory}"
+        if c.gpu.cores is not None and c.gpu.cores != cores:
+            return f"{c.gpu.cores}% of GPU compute in {c.name!r}, not the recorded {cores}%"
+    return None
+
+
+def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
+    """Fill the per-GPU memory and compute the pod left out, as HAMi does unless the policy's defaults
+    say otherwise (slices.fill). Depends on the request and the policy only: what else the cluster
+    holds never changes a pod's slice."""
+    if len(request.containers) > 1:
+        memory_mib, memory_pct, cores = slices.pod_slice(request, policy)
+    else:
+        memory_mib, memory_pct, cores = slices.fill(request.memory_mib, request.memory_pct, request.cores, policy)
+    gpu_placement = resolve_gpu_policy(request.gpu_placement, policy.gpu_placement)
+    if (memory_mib, memory_pct, cores, gpu_placement) == (
+            request.memory_mib, request.memory_pct, request.cores, request.gpu_placement):
+        return request
+    return request.evolve(memory_mib=memory_mib, memory_pct=memory_pct, cores=cores, gpu_placement=gpu_placement)
+
+
+T = TypeVar("T")
+
+
+class _ByIdentity:
+    """A bounded memo keyed by the identity of an object (plus a hashable detail). Each entry holds its
+    object, so that the id is not reused while the entry exists; everything is dropped when full."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self.entries: dict[tuple[int, Any], tuple[object, Any]] = {}
+
+    def get(self, owner: object, detail: Any, make: Callable[[], T]) -> T:
+        key = (id(owner), detail)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0] is owner:
+            found: T = hit[1]
+            return found
+        value = make()
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[key] = (owner, value)
+        return value
+
+
+# Placement contexts by policy and the pod's own choices (a context is immutable by convention), and
+# required affinity terms by eligible set (memoised per node set by the placement, so one tuple each).
+_CONTEXTS = _ByIdentity()
+_REQUIRED = _ByIdentity()
+
+
+def _context(request: PodRequest, policy: Policy, snapshot: Snapshot) -> PlacementContext:
+    learned = _learned(request, policy, snapshot)
+    # The context holds the learned mix, so its id stays unique while the entry exists.
+    return _CONTEXTS.get(policy, (request.placement, request.gpu_placement, request.namespace, id(learned)),
+                         lambda: _new_context(request, policy, learned))
+
+
+def _learned(request: PodRequest, policy: Policy, snapshot: Snapshot) -> tuple[WorkloadShape, ...]:
+    """The mix the snapshot's GPU pods teach, when the pod is placed by fragmentation with a learned mix
+    (memoised per published histogram: a look-up or two)."""
+    if policy.workload_mix_source != "learn":
+        return ()
+    spec = request.placement or policy.placement_for(request.namespace)
+    if spec != "fragmentation" and (isinstance(spec, str) or "fragmentation" not in spec):
+        return ()
+    return learned_mix(snapshot.observed, snapshot.nodes)
+
+
+def _new_context(request: PodRequest, policy: Policy, learned: tuple[WorkloadShape, ...] = ()) -> PlacementContext:
+    spec = request.placement or policy.placement_for(request.namespace)
+    mix = learned or tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
+    return PlacementContext(
+        policy=spec,
+        gpu_policy=request.gpu_placement or policy.gpu_placement,
+        topology_loss=policy.topology_loss,
+        limit=max(policy.preferred_nodes, 1),
+        workload_mix=mix,
+        scorers=policy.scorers,
+        allowed_models=policy.rule(request.namespace).allowed_models,  # restricts placement, not only names
+        tolerations=policy.tolerations,
+    )
+
+
+def _card(allocation: Allocation, fallback: Node | None, snapshot: Snapshot) -> int:
+    """MiB of the card the allocation takes (of the node it may wait for when none is free now)."""
+    node = snapshot.nodes.get(allocation.node) if allocation.node else fallback
+    if node is None or not node.gpus:
+        return 0
+    first = allocation.gpus[0] if allocation.gpus and allocation.gpus[0] < len(node.gpus) else 0
+    return node.gpus[first].memory_mib
+
+
+def _allocation(request: PodRequest, option: Option | None, fallback: Node | None, policy: Policy,
+                snapshot: Snapshot) -> Allocation:
+    spec = request.placement or policy.placement_for(request.namespace)
+    name = spec if isinstance(spec, str) else "+".join(f"{k}:{v:g}" for k, v in sorted(spec.items()))
+    if option is not None:
+        node = snapshot.nodes.get(option.node)
+        model = node.gpu_model if node is not None else ""
+        uuids = tuple([node.gpus[i].uuid for i in option.gpus if 0 <= i < len(node.gpus)]) if node is not None else ()
+        return Allocation(option.node, option.gpus, request.gpus, option.memory_mib, option.cores, request.vendor,
+                          model, option.topology, option.loss, name, uuids,
+                          cpu_milli=request.cpu_milli, host_memory_mib=request.memory_mib_host)
+    card = fallback.gpus[0].memory_mib if fallback is not None and fallback.gpus else 0
+    memory = request.memory_mib or (card * request.memory_pct // 100 if request.memory_pct else card)
+    topology = TopologyClass.SINGLE if request.gpus <= 1 else TopologyClass.PCIE
+    cores = request.cores if request.cores is not None else 100  # 0 is a slice with no compute cap
+    if request.cores is None and request.memory_mib is not None and card > 0:  # proportional, on this card
+        cores = min(100, max(1, -(-request.memory_mib * 100 // card)))
+    return Allocation(None, (), request.gpus, memory, cores, request.vendor,
+                      fallback.gpu_model if fallback else "", topology, policy.topology_loss.get(topology, 0.0), name,
+                      cpu_milli=request.cpu_milli, host_memory_mib=request.memory_mib_host)
+
+
+# ------------------------------------------------------------------------------------------ shared core
+
+
+def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: bytes,
+            validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
+    """Parse and apply every check that needs no placement. Returns the request, a final decision when
+    one is already reached (allowed-unmanaged or denied), and the pod's record if this webhook sealed it.
+    A record the webhook did not seal is dropped: the pod is judged exactly as the same pod without it,
+    except that validation names the record when it refuses a GPU pod for lacking one."""
+    request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
+    sealed = trust.sealed_record(pod, request, key)
+    if isinstance(sealed, str):
+        why, sealed, pod = sealed, None, trust.without_record(pod)
+        request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
+        if validating and request.is_gpu_pod and request.gpus > 0 and is_managed(request.namespace, snapshot, policy):
+            return request, _deny(403, "annotation-not-sealed",
+                                  f"the pod's {ANNOTATION} annotation is not this webhook's: {why}; remove it and "
+                                  "resubmit (the mutating webhook writes it)"), None
+    if not request.is_gpu_pod:
+        # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
+        warned = tuple(_warn(w) for w in request.warnings)
+        return request, _allow("not-gpu-pod", gpu_pod=False, warnings=warned), None
+    if not is_managed(request.namespace, snapshot, policy):
+        return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
+    request = isolation.screen_gpu(pod, request, snapshot, policy)  # envFrom
+    if request.violations:
+        first = request.violations[0]
+        return request, _deny(first.code, first.rule, _violations_message(request)), None
+    if request.gpus <= 0:
+        # Names a GPU resource but asks for none of it (`nvidia.com/gpu: 0`): the device plugin gives it
+        # no device, so there is nothing to limit or place; the isolation rules above still applied.
+        return request, _allow("no-gpu-requested", "asks for 0 GPUs: unchanged"), None
+    if request.node_name:
+        return request, _deny(403, "node-name-set",
+                              f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "
+                              "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
+    recorded = sealed.allocation if sealed is not None else None
+    if recorded is not None:
+        if (recorded.gpu_count != request.gpus or recorded.vendor != request.vendor
+                or recorded.mig != request.mig):
+            return request, _deny(403, "annotation-mismatch",
+                                  f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
+                                  f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
+                                  "changed it; remove the annotation and resubmit"), None
+        changed = _kept_mismatch(request, recorded)
+        if changed:
+            return request, _deny(403, "annotation-mismatch",
+                                  f"pod carries {changed} next to its {ANNOTATION}: another "
+                                  "webhook or the user changed it; remove the annotation and resubmit"), None
+        # The annotation is where the first pass moved memory and compute; it is the request now.
+        request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
+        mismatch = _env_mismatch(request, recorded, _backend(request, policy))
+        if mismatch:
+            return request, _deny(403, "isolation-env", mismatch), sealed
+    if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
+        denial = check_policy(request.evolve(memory_mib=None, memory_pct=None, cores=100), policy)
+    else:
+        denial = check_policy(request, policy)
+    if denial:
+        return request, _deny(denial.code, denial.rule, denial.message), sealed
+    return request, None, sealed
+
+
+def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_place.GroupPlan | None = None,
+          warnings: list[str] | None = None) -> tuple[Decision | None, Placement | None]:
+    if group is None:
+        placement = place(request, index_of(snapshot), _context(request, policy, snapshot))
+    else:  # inside the group's domain (core/group_place.py)
+        placement, notes = group_place.placement_for(request, group, snapshot, _context(request, policy, snapshot))
+        if warnings is not None:
+            warnings.extend(_warn(n) for n in notes)
+        if not placement.eligible and group.required:
+            return _deny(422, "group-domain", f"group {group.ref.key} lives in {group.domain}, where no node "
+                                              f"can ever host this pod ({request.gpus} GPU(s))"), placement
+    if not placement.eligible:
+        denial = check_satisfiable(request, snapshot, policy)
+        return _deny(denial.code, denial.rule, denial.message), placement
+    return None, placement
+
+
+def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
+           warnings: list[str]) -> Decision | None:
+    result = check_quota(request.namespace, allocation.usage(), snapshot)
+    if result.exceeded:
+        return _deny(403, "quota-exceeded", result.exceeded)
+    if result.warnings:
+        warnings.extend(_warn(w) for w in result.warnings)
+    return None
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+           record_key: bytes = b"", nonce: str = "") -> Decision:
+    """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
+    the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
+    verify in one process with the default) and carrying `nonce` (the server's review uid; a record the
+    pod already carries keeps its own). Idempotent: an already-mutated pod gets no operations."""
+    malformed = shape_error(pod)
+    if malformed:
+        return _deny(422, "invalid-pod", malformed)
+    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
+    if final is not None:
+        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
+    recorded = sealed.allocation if sealed is not None else None
+    request = _normalise(request, policy)
+    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
+    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+    if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
+        warnings += [_warn(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
+    unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
+    if unenforced:
+        warnings.append(_warn(unenforced))
+    placement: Placement | None = None
+    group: group_place.GroupPlan | None = None
+    if recorded is None and request.dra_gpus:
+        allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
+    elif recorded is None and request.mig:  # MIG devices: nodes offering the profile; the scheduler picks
+        eligible, planned = mig.plan(request, snapshot, policy)
+        if isinstance(planned, str):
+            return _deny(422, "no-such-mig", planned, tuple(warnings))
+        allocation, placement = planned, Placement(eligible, ())
+    elif recorded is None:
+        planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot),
+                                         policy.when_full)
+        if isinstance(planned_group, group_place.Refusal):
+            return _deny(planned_group.code, planned_group.reason, planned_group.message, tuple(warnings))
+        group = planned_group
+        if group is not None:
+            warnings += [_warn(w) for w in group.warnings]
+        denial, placement = _plan(request, snapshot, policy, group, warnings)
+        if denial:
+            return replace(denial, warnings=tuple(warnings))
+        assert placement is not None
+        fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
+        allocation = _allocation(request, placement.best, fallback, policy, snapshot)
+        if group is not None:  # the record names the group and its domain
+            allocation = replace(allocation, group=group.ref.key, domain=group.domain)
+        if len(request.containers) > 1:  # several containers may have slices of their own
+            allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
+        if placement.best is None:
+            if policy.when_full == "deny":
+                return _deny(403, "cluster-full",
+                             f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
+                             "when capacity frees up); retry later", tuple(warnings))
+            warnings.append(_warn(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible node(s)"))
+        if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
+            allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
+        elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
+            warnings.append(_warn(f"GPUs linked over {allocation.topology.value}: expected communication loss "
+                                  f"{allocation.loss:.0%}"))
+    else:
+        allocation = recorded
+    denial = _quota(request, allocation, snapshot, warnings)
+    if denial:
+        return replace(denial, warnings=tuple(warnings))
+    required = sealed.required if sealed is not None else None
+    group_required = sealed.group_required if sealed is not None else None
+    group_preferred = None
+    if group is not None and group.requirement is not None:
+        if group.required:
+            group_required = group.requirement
+        else:
+            group_preferred = group.requirement
+    ops = _patch(request, allocation, placement, snapshot, policy, required, record_key, group_required,
+                 group_preferred, sealed.nonce if sealed is not None else nonce)
+    message = f"node {allocation.node}" if allocation.node else (
+        f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
+    return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
+
+
+def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+             record_key: bytes = b"") -> Decision:
+    """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
+    node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
+    a patch."""
+    malformed = shape_error(pod)
+    if malformed:
+        return _deny(422, "invalid-pod", malformed)
+    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
+    if final is not None:
+        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
+    if sealed is None:
+        return _deny(403, "not-mutated",
+                     f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
+                     "it (it may be unavailable); retry the create")
+    recorded = sealed.allocation
+    if (sealed.required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.required)):
+        return _deny(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
+                     f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
+                     "ANDed into every term: another webhook or the user changed it; resubmit the pod")
+    if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.group_required)):
+        return _deny(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
+                     f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
+                     f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
+    backend = _backend(request, policy)
+    missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
+               or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
+    if missing:
+        return _deny(403, "limits-missing", missing)
+    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
+    denial = _quota(request, recorded, snapshot, warnings)
+    if denial:
+        return replace(denial, warnings=tuple(warnings))
+    return Decision(True, 200, f"node {recorded.node}" if recorded.node else "admitted", "admitted",
+                    tuple(warnings), (), recorded, True, True)
+
+
+def _backend(request: PodRequest, policy: Policy) -> str:
+    """The namespace's limit backend where it applies: none for MIG devices and non-CUDA vendors."""
+    return enforced_backend(request.vendor, request.mig, policy.backend_for(request.namespace))
+
+
+def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    for c in request.containers:
+        if c.gpu is None or c.gpu.count <= 0:
+            continue
+        env = list_of(patches.container_of(request.raw, c).get("env"))
+        have = {e.get("name"): e.get("value") for e in env if is_mapping(e) and isinstance(e.get("name"), str)}
+        for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
+            if have.get(name) != value:
+                return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "
+                        "removed it; resubmit the pod")
+    return None
+
+
+def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
+           policy: Policy, required: Mapping[str, Any] | None, key: bytes,
+           group_required: Mapping[str, Any] | None = None,
+           group_preferred: Mapping[str, Any] | None = None, nonce: str = "") -> list[dict[str, Any]]:
+    """The operations, the sealed record last. `required`: the node requirement of a sealed record,
+    which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
+    `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
+    pod = request.raw
+    ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
+    ops += patches.env_ops(pod, request, allocation, _backend(request, policy))
+    ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
+    ops = isolation.pin_ops(pod, request, allocation, _backend(request, policy), snapshot, policy, ops)  # Secrets
+    taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
+    wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
+    ops += patches.toleration_ops(pod, wanted)
+    also = (group_required,) if group_required is not None else ()
+    if request.scheduler_name in DEFAULT_SCHEDULERS:
+        if placement is not None:
+            required = _required(placement, snapshot, policy)
+            ops += patches.affinity_ops(pod, required, [o.node for o in placement.options[: policy.preferred_nodes]],
+                                        also, group_preferred)
+        elif required is not None:
+            ops += patches.affinity_ops(pod, required, [], also)
+    else:
+        required = group_required = None
+    text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key, group_required,
+                       nonce)
+    ops += patches.record_ops(pod, allocation, text)
+    return ops
+
+
+MODEL_LABEL = "nvidia.com/gpu.product"
+
+
+def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
+    """The node selector requirement naming the eligible nodes (computed once per eligible set)."""
+    eligible, limit = placement.eligible, policy.max_affinity_nodes
+    term = _REQUIRED.get(eligible, limit, lambda: _required_term(eligible, index_of(snapshot).statics.nodes, limit))
+    return {**term, "values": list(term["values"])}  # the caller's own copy
+
+
+def _required_term(eligible: tuple[str, ...], nodes: Mapping[str, Node], limit: int) -> dict[str, Any]:
+    """The GPU models when the eligible nodes are exactly the nodes labelled with those models (shorter
+    than the names, and a node of those models added later can take a pending pod); else the node names;
+    else, above `limit` names, the models anyway (a pod spec must stay small)."""
+    labels = [nodes[n].labels.get(MODEL_LABEL, "") if n in nodes else "" for n in eligible]
+    models = set(labels)
+    if all(labels) and len(models) < len(eligible):
+        labelled = sum(1 for node in nodes.values() if node.labels.get(MODEL_LABEL) in models)
+        if labelled == len(eligible):
+            return {"key": MODEL_LABEL, "operator": "In", "values": sorted(models)}
+    if len(eligible) <= limit:
+        return {"key": "metadata.name", "operator": "In", "values": list(eligible)}
+    beyond = sorted({nodes[n].labels.get(MODEL_LABEL) or nodes[n].gpu_model for n in eligible if n in nodes})
+    return {"key": MODEL_LABEL, "operator": "In", "values": beyond}
+
+
+__all__ = ["mutate", "validate", "is_managed", "TopologyPreference"]

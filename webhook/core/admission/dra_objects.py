@@ -1,0 +1,61 @@
+"""Admission of ResourceClaim and ResourceClaimTemplate objects in managed namespaces.
+
+A claim's GPUs are counted when a pod uses it (core/dra.py); refusing what can never be counted when
+the claim is written tells its author at once, instead of at the pod: allocationMode All on a GPU
+class, adminAccess, a model the namespace may not use, and a count above the per-pod maximum or above
+a GPU quota of the namespace (no pod could ever use such a claim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.domain.model import Decision, Snapshot
+from webhook.core.podspec.vendors import mapping_of
+from webhook.core.policy.model import Policy
+
+from .admit import is_managed
+from .dra import CLAIM_KINDS, Tally, count_claim, read_claim
+
+
+def _deny(code: int, reason: str, message: str) -> Decision:
+    return Decision(False, code, message, reason, gpu_pod=False)
+
+
+def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> Decision:
+    """Decide a CREATE or UPDATE of a ResourceClaim or ResourceClaimTemplate (an AdmissionRequest)."""
+    obj = mapping_of(request.get("object"))
+    kind = str(obj.get("kind") or mapping_of(request.get("kind")).get("kind") or "")
+    if kind not in CLAIM_KINDS:
+        return Decision(True, reason="not-a-claim", gpu_pod=False)
+    namespace = str(request.get("namespace") or mapping_of(obj.get("metadata")).get("namespace") or "default")
+    if not is_managed(namespace, snapshot, policy):
+        return Decision(True, reason="not-managed", managed=False, gpu_pod=False)
+    old = request.get("oldObject")
+    if request.get("operation") == "UPDATE" and isinstance(old, Mapping) and old.get("spec") == obj.get("spec"):
+        return Decision(True, reason="spec-unchanged", gpu_pod=False)  # finalizers, labels: nothing to count
+    try:
+        claim = read_claim({**obj, "kind": kind, "metadata": {**mapping_of(obj.get("metadata")),
+                                                              "namespace": namespace}})
+    except ValueError as err:
+        return _deny(422, "dra-invalid", f"{kind}: {err}")
+    tally = Tally()
+    count_claim(claim, f"{kind} {claim.name}", namespace, policy, tally)
+    if tally.violations:
+        first = tally.violations[0]
+        return _deny(first.code, first.rule, "; ".join(v.message for v in tally.violations))
+    if not tally.gpus:
+        return Decision(True, reason="no-gpu-requested", gpu_pod=False)
+    limit = policy.rule(namespace).max_gpus_per_pod
+    if limit is not None and tally.gpus > limit:
+        return _deny(403, "max-gpus-per-pod",
+                     f"{kind} {claim.name} asks for {tally.gpus} GPUs; namespace {namespace} allows at most {limit} "
+                     f"per pod (policy namespaces.{namespace}.maxGpusPerPod), so no pod could use it")
+    for quota in snapshot.quotas.get(namespace, ()):
+        if quota.gpus is not None and tally.gpus > quota.gpus:
+            return _deny(403, "quota-exceeded",
+                         f"{kind} {claim.name} asks for {tally.gpus} GPUs, above ResourceQuota {namespace}/"
+                         f"{quota.name} (requests.nvidia.com/gpu limit {quota.gpus}), so no pod could use it")
+    return Decision(True, message=f"{tally.gpus} GPU(s), counted when a pod uses it", reason="admitted",
+                    gpu_pod=False)

@@ -1,0 +1,129 @@
+"""Routes to a GPU that the NVIDIA container toolkit on the node opens or closes.
+
+The toolkit takes a container's device list from NVIDIA_VISIBLE_DEVICES (unless the node sets
+`accept-nvidia-visible-devices-envvar-when-unprivileged = false`, which only the node can do), and,
+where `accept-nvidia-visible-devices-as-volume-mounts = true` (the setting that goes with it, for the
+device plugin's `volume-mounts` strategy), from bind mounts of /dev/null at
+/var/run/nvidia-container-devices/<id>. A pod can write such a mount itself (a hostPath /dev/null
+volume): that route is refused here on every node. The agent reports each node's setting
+(GPUInventory `toolkit`, `Node.toolkit_envvar`); a GPU pod pinned to a node that still honours the
+variable is told so in a warning.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.domain.model import PodRequest, Snapshot, Violation
+from webhook.core.podspec.vendors import list_of, mapping_of
+
+DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+_KINDS = (("containers", "container"), ("initContainers", "init container"),
+          ("ephemeralContainers", "ephemeral container"))
+
+
+def device_list_mounts(pod: Mapping[str, Any]) -> list[str]:
+    """"<container> mounts <path>" for every volume mount where the toolkit reads a device list."""
+    found: list[str] = []
+    spec = mapping_of(pod.get("spec"))
+    for key, kind in _KINDS:
+        for index, raw in enumerate(list_of(spec.get(key))):
+            container = mapping_of(raw)
+            for mount in list_of(container.get("volumeMounts")):
+                path = mapping_of(mount).get("mountPath")
+                if not isinstance(path, str) or "nvidia-container-devices" not in path:
+                    continue  # the usual mount: one substring test, no path normalising
+                clean = posixpath.normpath("/" + path.lstrip("/"))
+                if any(clean == root or clean.startswith(root + "/") for root in DEVICE_LIST_ROOTS):
+                    name = container.get("name")
+                    label = f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+                    found.append(f"{label} mounts {path}")
+    return found
+
+
+# Where the limit layer is put into a GPU container: HAMi's device plugin bind-mounts libvgpu.so under
+# /usr/local/vgpu and /etc/ld.so.preload, which makes the loader inject it. The kubelet adds the pod's
+# own volume mounts after the device plugin's, so a volume the pod mounts at one of these paths, or at a
+# directory holding one (/etc, /usr/local), lands on top and the limits are never loaded.
+LIMIT_LAYER_PATHS = ("/etc/ld.so.preload", "/usr/local/vgpu")
+
+
+def limit_layer_mounts(pod: Mapping[str, Any]) -> list[str]:
+    """"<container> mounts <path>" for every volume mount that covers where the limit layer is injected."""
+    found: list[str] = []
+    spec = mapping_of(pod.get("spec"))
+    for key, kind in _KINDS:
+        for index, raw in enumerate(list_of(spec.get(key))):
+            container = mapping_of(raw)
+            for mount in list_of(container.get("volumeMounts")):
+                path = mapping_of(mount).get("mountPath")
+                if not isinstance(path, str):
+                    continue
+                clean = posixpath.normpath("/" + path.lstrip("/"))
+                if any(clean == guarded or guarded.startswith(clean.rstrip("/") + "/") or
+                       clean.startswith(guarded + "/") for guarded in LIMIT_LAYER_PATHS):
+                    name = container.get("name")
+                    label = f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+                    found.append(f"{label} mounts a volume at {path}")
+    return found
+
+
+def pinned_nodes(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The nodes a pod is pinned to by name: spec.nodeName, a kubernetes.io/hostname nodeSelector, or a
+    required node affinity whose every term names hosts (() when it is not pinned that way)."""
+    spec = mapping_of(pod.get("spec"))
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        return (node_name,)
+    host = mapping_of(spec.get("nodeSelector")).get(HOSTNAME_LABEL)
+    if isinstance(host, str) and host:
+        return (host,)
+    required = mapping_of(mapping_of(mapping_of(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    names: list[str] = []
+    terms = list_of(required.get("nodeSelectorTerms"))
+    for term in terms:
+        named = [
+            v for field, key in (("matchExpressions", HOSTNAME_LABEL), ("matchFields", "metadata.name"))
+            for e in list_of(mapping_of(term).get(field))
+            if mapping_of(e).get("key") == key and mapping_of(e).get("operator") == "In"
+            for v in list_of(mapping_of(e).get("values")) if isinstance(v, str)
+        ]
+        if not named:
+            return ()  # one term that names no host: the pod may go elsewhere
+        names.extend(n for n in named if n not in names)
+    return tuple(names)
+
+
+def screen(request: PodRequest, snapshot: Snapshot) -> PodRequest:
+    """`request` with a device-list mount refused, and, for a GPU pod pinned to nodes whose toolkit
+    honours NVIDIA_VISIBLE_DEVICES from unprivileged containers, a warning that says so."""
+    pod = request.raw
+    mounts = device_list_mounts(pod)
+    if mounts:
+        violation = Violation(
+            "isolation-device-mount", 403,
+            f"{mounts[0]}, where the NVIDIA container toolkit reads the GPUs to give a container: remove "
+            "that volume mount and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)")
+        return request.evolve(is_gpu_pod=True, violations=(*request.violations, violation))
+    if not request.is_gpu_pod:
+        return request
+    covered = limit_layer_mounts(pod)
+    if covered:
+        violation = Violation(
+            "isolation-limit-mount", 403,
+            f"{covered[0]}, which covers where the GPU limit layer is put into the container "
+            f"({' and '.join(LIMIT_LAYER_PATHS)}): mount the volume elsewhere")
+        return request.evolve(violations=(*request.violations, violation))
+    if not snapshot.nodes:
+        return request
+    pinned = pinned_nodes(pod)
+    open_nodes = [n for n in pinned if (node := snapshot.nodes.get(n)) is not None and node.toolkit_envvar is True]
+    if not open_nodes:
+        return request
+    warning = (f"node {open_nodes[0]}: its NVIDIA toolkit honours NVIDIA_VISIBLE_DEVICES in unprivileged "
+               "containers (docs/install.md)")
+    return request.evolve(warnings=(*request.warnings, warning))

@@ -1,0 +1,82 @@
+"""Namespace GPU quotas: the three ResourceQuota keys the API server itself ignores, enforced here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook.core.domain.model import QuotaLimits, Snapshot, Usage
+from webhook.core.domain.vendor_quota import UNITS
+
+KEYS = (
+    ("gpus", "requests.nvidia.com/gpu", ""),
+    ("memory_mib", "limits.nvidia.com/gpumem", " MiB"),
+    ("cores", "limits.nvidia.com/gpucores", "%"),
+)
+NEAR_LIMIT = 0.9
+
+
+@dataclass(frozen=True)
+class QuotaCheck:
+    """The outcome of checking one request against every quota of its namespace."""
+
+    exceeded: str | None  # the denial message, or None
+    warnings: tuple[str, ...] = ()
+
+
+_NOTHING_USED = Usage()
+_WITHIN = QuotaCheck(None)  # frozen: one shared answer for the usual case
+
+
+def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
+    """Deny when `asked` on top of what the namespace already uses breaks any of its quotas."""
+    quotas = snapshot.quotas.get(namespace, ())
+    if not quotas:
+        return _WITHIN
+    used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
+    warnings: list[str] = []
+    for quota in quotas:
+        for attr, key, unit, limit in _limits(quota):
+            if limit is None:
+                continue
+            if attr == "keys":
+                now, ask = used.key(key), asked.key(key)
+            else:
+                now, ask = getattr(used, attr), getattr(asked, attr)
+            if ask and now + ask > limit:
+                room = max(limit - now, 0)
+                fix = (
+                    f"ask for at most {room}{unit}" if room
+                    else f"nothing is left: end other GPU pods in {namespace} or raise the quota"
+                )
+                return QuotaCheck(
+                    f"exceeds ResourceQuota {namespace}/{quota.name}: {key} used {now}{unit}, "
+                    f"asked {ask}{unit}, limit {limit}{unit}; {fix}"
+                )
+            if ask and limit and now + ask >= NEAR_LIMIT * limit:
+                pct = round(100 * (now + ask) / limit)
+                warnings.append(f"{quota.name}: {key} at {pct}% of quota after this pod")
+    return QuotaCheck(None, tuple(warnings)) if warnings else _WITHIN
+
+
+def _limits(quota: QuotaLimits) -> list[tuple[str, str, str, int | None]]:
+    """(field, quota key, unit, limit) of every key the quota sets: NVIDIA's three, then the others."""
+    found = [(attr, key, unit, getattr(quota, attr)) for attr, key, unit in KEYS]
+    return found + [("keys", key, UNITS.get(key, ""), limit) for key, limit in quota.keys] if quota.keys else found
+
+
+def quota_rows(snapshot: Snapshot) -> list[tuple[str, str, int, int]]:
+    """(namespace, resource key, used, limit) for every quota key set: what /metrics exports."""
+    rows = []
+    for namespace, quotas in sorted(snapshot.quotas.items()):
+        used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
+        for quota in quotas:
+            rows.extend(_rows(namespace, quota, used))
+    return rows
+
+
+def _rows(namespace: str, quota: QuotaLimits, used: Usage) -> list[tuple[str, str, int, int]]:
+    return [
+        (namespace, key, used.key(key) if attr == "keys" else getattr(used, attr), limit)
+        for attr, key, _, limit in _limits(quota)
+        if limit is not None
+    ]

@@ -1,0 +1,1 @@
+"""The values every layer speaks: nodes, GPUs, requests, snapshots, decisions."""

@@ -1,0 +1,447 @@
+"""The domain of the allocation core: frozen values, no behaviour beyond small derived properties.
+
+Every layer (webhook, `check`, the simulator, the watch cache) builds these and hands them to the
+core; nothing here knows about Kubernetes objects, HTTP or files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from webhook.core.domain.shapes import Observed
+
+# ---------------------------------------------------------------------------------------------
+# Cluster: nodes, their GPUs and links, what is in use
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical device on a node."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    numa: int = 0
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A schedulable node as the core sees it.
+
+    `nvlink[i][j]` is the number of NVLink links between GPUs i and j (0 for none);
+    `pcie[i][j]` is the PCIe path level as `nvidia-smi topo -m` names it (X, PIX, PXB, PHB, NODE, SYS).
+    Both are square with one row per entry of `gpus`, in the same order.
+    """
+
+    name: str
+    gpus: tuple[Gpu, ...] = ()
+    nvlink: tuple[tuple[int, ...], ...] = ()
+    pcie: tuple[tuple[str, ...], ...] = ()
+    vendor: str = "nvidia"
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    # Where the GPU list came from: "inventory" (GPUInventory object), "annotation", "labels", "none".
+    inventory_source: str = "none"
+    # The node's NVIDIA container toolkit, as its agent reported it: True when it honours
+    # NVIDIA_VISIBLE_DEVICES from unprivileged containers (the toolkit's default), False when it
+    # ignores it, None when unknown (no agent, or no config file on the node).
+    toolkit_envvar: bool | None = None
+    # MIG devices the node offers, by profile ("3g.20gb"): (count, memory MiB of one), from the node's
+    # allocatable `nvidia.com/mig-<profile>`, GFD's `nvidia.com/mig-<profile>.*` labels or its inventory.
+    mig: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def clique(self) -> str | None:
+        """Multi-node NVLink domain (GPU Feature Discovery's `nvidia.com/gpu.clique`)."""
+        return self.labels.get("nvidia.com/gpu.clique")
+
+    @property
+    def gpu_model(self) -> str:
+        """The model of the node's GPUs ("" when it has none); nodes are homogeneous in practice."""
+        return self.gpus[0].model if self.gpus else ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """What is already committed on one GPU."""
+
+    memory_mib: int = 0
+    cores: int = 0  # percent of SMs, summed over the tasks sharing the card
+    tasks: int = 0
+    exclusive: bool = False  # a task holds the whole card
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """What is already committed on one node. `gpus` is parallel to `Node.gpus`."""
+
+    gpus: tuple[GpuUsage, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_tasks: int = 0  # running GPU pods on the node (the fewest-tasks policy reads this)
+
+    def __hash__(self) -> int:
+        """Cached: usages key the placement and fragmentation memos, hashed many times each."""
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.gpus, self.cpu_milli, self.memory_mib, self.gpu_tasks))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """One ResourceQuota's GPU keys (None: that key is not set)."""
+
+    name: str
+    gpus: int | None = None  # requests.nvidia.com/gpu
+    memory_mib: int | None = None  # limits.nvidia.com/gpumem, memory x GPUs
+    cores: int | None = None  # limits.nvidia.com/gpucores, percent x GPUs
+    # MIG profiles' and other vendors' keys (core/vendor_quota.py), normalised, with their limits.
+    keys: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """GPU consumption of a namespace, in the units of the quota keys."""
+
+    gpus: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+    # MIG profiles' and other vendors' quota keys (core/vendor_quota.py): (normalised key, amount), sorted.
+    keys: tuple[tuple[str, int], ...] = ()
+
+    def __add__(self, other: Usage) -> Usage:
+        keys = _merged(self.keys, other.keys, 1) if self.keys or other.keys else ()
+        return Usage(self.gpus + other.gpus, self.memory_mib + other.memory_mib, self.cores + other.cores, keys)
+
+    def __sub__(self, other: Usage) -> Usage:
+        keys = _merged(self.keys, other.keys, -1) if self.keys or other.keys else ()
+        return Usage(self.gpus - other.gpus, self.memory_mib - other.memory_mib, self.cores - other.cores, keys)
+
+    def key(self, name: str) -> int:
+        return next((amount for key, amount in self.keys if key == name), 0)
+
+
+def _merged(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int) -> tuple[tuple[str, int], ...]:
+    total = dict(a)
+    for key, amount in b:
+        total[key] = total.get(key, 0) + sign * amount
+    return tuple(sorted((k, v) for k, v in total.items() if v))
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def managed(self) -> bool:
+        return self.labels.get("gpu-admission.io/enabled") == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAsk:
+    """One way to satisfy a DRA device request (`exactly`, or one `firstAvailable` alternative)."""
+
+    device_class: str
+    count: int = 1  # allocationMode ExactCount's count
+    all_devices: bool = False  # allocationMode All: every matching device, a number unknown here
+    selectors: tuple[str, ...] = ()  # CEL expressions
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A ResourceClaim (or a ResourceClaimTemplate's claim spec), reduced to its device requests.
+
+    `requests` has one entry per request, each the tuple of its alternatives (one for `exactly`).
+    `reserved_for` names the consumers holding the claim now (status.reservedFor, "pods/<name>").
+    """
+
+    namespace: str
+    name: str
+    requests: tuple[tuple[str, tuple[DeviceAsk, ...]], ...] = ()
+    reserved_for: tuple[str, ...] = ()
+
+
+class EnvReader(NamedTuple):
+    """Containers of live GPU pods that read one ConfigMap through envFrom with one prefix."""
+
+    prefix: str
+    where: str  # "container 'main'"
+    pod: str  # the first of those pods by name, for messages
+    pods: int  # how many pods
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the core knows about the cluster at one moment. Read-only by convention.
+
+    `usage` has an entry for every node in `nodes` (an all-zero NodeUsage when nothing runs there).
+    `namespace_usage` is what running pods and reservations already count against quotas.
+    """
+
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    usage: Mapping[str, NodeUsage] = field(default_factory=dict)
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    quotas: Mapping[str, tuple[QuotaLimits, ...]] = field(default_factory=dict)
+    namespace_usage: Mapping[str, Usage] = field(default_factory=dict)
+    # Derived structures (the placement index) memoised per snapshot; never part of equality.
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # DRA ResourceClaims and ResourceClaimTemplates, by "namespace/name" (see core/dra.py).
+    claims: Mapping[str, Claim] = field(default_factory=dict)
+    claim_templates: Mapping[str, Claim] = field(default_factory=dict)
+    # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
+    # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
+    config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    # Who reads each ConfigMap through envFrom: namespace -> ConfigMap name -> the distinct (prefix,
+    # container) of live GPU pods (core/isolation.py `config_map_write`: the kubelet re-reads a
+    # ConfigMap at every container start, so an edit reaches pods admitted before it).
+    env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]] = field(default_factory=dict)
+    # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
+    groups: Mapping[str, Any] = field(default_factory=dict)
+    # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
+    # derived from (`shapes.Observed`); None: nothing observed. Derived from the pods and the
+    # reservations, like `cache`: not part of equality (`state.with_allocation` leaves it as it is).
+    observed: Observed | None = field(default=None, compare=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests: what a pod asks for
+# ---------------------------------------------------------------------------------------------
+
+
+class TopologyPreference(StrEnum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """The GPU part of one container's resources, as written (None: not given)."""
+
+    vendor: str
+    count: int
+    memory_mib: int | None = None
+    memory_pct: int | None = None
+    cores: int | None = None
+    mig: str = ""  # MIG profile of an `nvidia.com/mig-<profile>` request ("3g.20gb"); count is its devices
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """One container or init container. `index` is its position in its list (for patch paths)."""
+
+    name: str
+    index: int
+    init: bool = False
+    gpu: GpuRequest | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    # Names of GPU resources this container carries in `resources` (limits and requests) that the
+    # mutation moves into the annotation (gpumem, gpumem-percentage, gpucores and vendor equivalents).
+    moved_resources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A rule the pod breaks before any cluster state is consulted (isolation bypass, malformed value).
+
+    `code` is 403 (policy) or 422 (invalid request); `rule` is a short stable identifier used as the
+    metrics reason (e.g. "isolation-env", "invalid-quantity").
+    """
+
+    rule: str
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod (or one pod of a workload template), reduced to what admission needs."""
+
+    namespace: str
+    name: str  # metadata.name, else generateName, else ""
+    containers: tuple[ContainerRequest, ...] = ()
+    uid: str = ""
+    vendor: str = ""  # "" when the pod asks for no known GPU resource
+    # Effective pod-level demand: GPUs on one node, per-GPU memory (MiB or % of the card) and cores.
+    gpus: int = 0
+    memory_mib: int | None = None
+    memory_pct: int | None = None
+    cores: int | None = None
+    cpu_milli: int = 0  # effective (init containers counted as Kubernetes does)
+    memory_mib_host: int = 0
+    models_include: tuple[str, ...] = ()  # nvidia.com/use-gputype, case-insensitive substrings
+    models_exclude: tuple[str, ...] = ()
+    uuids_include: tuple[str, ...] = ()
+    uuids_exclude: tuple[str, ...] = ()
+    placement: str | None = None  # gpu-admission.io/placement, or HAMi's node-scheduler-policy
+    gpu_placement: str | None = None  # HAMi's gpu-scheduler-policy (binpack/spread inside a node)
+    topology: TopologyPreference | None = None
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    is_gpu_pod: bool = False
+    dra_gpus: int = 0  # of `gpus`, those that come through DRA claims or DRA-backed extended resources
+    mig: str = ""  # the MIG profile every GPU of the pod is (`gpus` MIG devices of it), "" for cards
+    violations: tuple[Violation, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def evolve(self, **changes: Any) -> PodRequest:
+        """`dataclasses.replace` without re-running `__init__`, which checks nothing here: a request is
+        copied on every admission, and replace() costs eight times more."""
+        if not changes.keys() <= self.__dataclass_fields__.keys():
+            unknown = changes.keys() - self.__dataclass_fields__.keys()
+            raise TypeError(f"PodRequest has no field {', '.join(sorted(unknown))}")
+        fields = self.__dict__.copy()
+        fields.update(changes)
+        new = object.__new__(PodRequest)
+        object.__setattr__(new, "__dict__", fields)
+        return new
+
+    @property
+    def shared(self) -> bool:
+        """True when the pod asks for a slice of a card rather than whole cards."""
+        whole_memory = self.memory_mib is None and (self.memory_pct is None or self.memory_pct >= 100)
+        whole_cores = self.cores is None or self.cores >= 100
+        return not (whole_memory and whole_cores)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement and decisions
+# ---------------------------------------------------------------------------------------------
+
+
+class TopologyClass(StrEnum):
+    SINGLE = "single"  # one GPU: no inter-GPU traffic
+    NVLINK = "nvlink"  # every pair linked by NVLink
+    MIXED = "mixed"  # some pairs NVLink, some PCIe
+    PCIE = "pcie"  # no NVLink between any pair
+
+
+class Option(NamedTuple):
+    """One way to host the pod now: a node, its GPUs, and how good that is. A named tuple: a placement
+    builds several per admission, and a tuple costs a third of a frozen dataclass to make."""
+
+    node: str
+    gpus: tuple[int, ...]  # GPU indices on the node
+    memory_mib: int  # per GPU, resolved against the card
+    cores: int  # per GPU, percent
+    topology: TopologyClass
+    loss: float  # expected communication loss, 0..1
+    score: float  # higher is better, comparable only within one placement call
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The answer of `placement.place()`.
+
+    `eligible`: nodes that could host the pod on an empty cluster (model, capacity, topology) and that
+    the pod's own constraints let it reach (nodeSelector, required node affinity, taints it does not
+    tolerate, cordons). `options`: nodes that can host it now, best first, at most `limit` of them.
+    `rejected` counts why other nodes fell out, by reason ("node-selector", "node-affinity", "taint",
+    "model", "gpu-count", "memory", "uuid", "topology", "vendor", "cpu", "host-memory", ...).
+    """
+
+    eligible: tuple[str, ...]
+    options: tuple[Option, ...]
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Option | None:
+        return self.options[0] if self.options else None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the decision annotation records (`gpu-admission.io/allocation`)."""
+
+    node: str | None  # chosen node now (None when the cluster is full right now)
+    gpus: tuple[int, ...]
+    gpu_count: int
+    memory_mib: int  # per GPU
+    cores: int  # per GPU, percent
+    vendor: str
+    model: str
+    topology: TopologyClass
+    loss: float
+    policy: str
+    uuids: tuple[str, ...] = ()
+    version: int = 1
+    # Every GPU container's own slice, (name, init, GPUs, memory per GPU, cores per GPU), when some
+    # container's differs from the pod's (memory_mib, cores); empty when all have it (the usual pod).
+    containers: tuple[tuple[str, bool, int, int, int], ...] = ()
+    mig: str = ""  # MIG profile: `gpu_count` MIG devices of it, each `memory_mib`; no whole GPU is charged
+    # Host resources the pod requests (CPU millicores, memory MiB), counted on its node like its GPUs.
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    # The pod's group (core/groups.py, "namespace/name") and the domain it was placed in ("label=value").
+    group: str = ""
+    domain: str = ""
+
+    def slice_of(self, container: str) -> tuple[int, int]:
+        """(memory MiB, cores %) per GPU of one container."""
+        for name, _, _, memory, cores in self.containers:
+            if name == container:
+                return memory, cores
+        return self.memory_mib, self.cores
+
+    def usage(self) -> Usage:
+        """What this allocation counts against the namespace's quotas: count x slice, per container when
+        the containers' slices differ (init containers as Kubernetes counts them: the largest one, or
+        the app containers together, whichever is more). MIG devices are no whole `nvidia.com/gpu` (the
+        API server charges `requests.nvidia.com/mig-<profile>` itself, and so does this), nor Hygon's or
+        Cambricon's devices: they count under their own keys (core/vendor_quota.py)."""
+        if self.mig or self.vendor not in ("nvidia", ""):
+            whole = Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+            base = replace(self, mig="", vendor="nvidia").usage() if self.containers else whole
+            return _vendor_usage(self.vendor, self.mig, base)
+        if not self.containers:
+            return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
+        app = [(n * m, n * c) for _, init, n, m, c in self.containers if not init]
+        init = [(n * m, n * c) for _, init, n, m, c in self.containers if init]
+        memory = max([sum(m for m, _ in app), *(m for m, _ in init)])
+        cores = max([sum(c for _, c in app), *(c for _, c in init)])
+        return Usage(self.gpu_count, memory, cores)
+
+
+def _vendor_usage(vendor: str, mig: str, base: Usage) -> Usage:
+    from .vendor_quota import usage_of  # imported here: vendor_quota builds on this module
+
+    return usage_of(vendor, mig, base.gpus, base.memory_mib, base.cores)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The single result type of `admit.mutate()` and `admit.validate()`."""
+
+    allowed: bool
+    code: int = 200
+    message: str = ""
+    reason: str = "allowed"  # short stable identifier, used as the metrics label
+    warnings: tuple[str, ...] = ()
+    patch: tuple[Mapping[str, Any], ...] = ()  # JSONPatch operations (RFC 6902)
+    allocation: Allocation | None = None
+    managed: bool = True
+    gpu_pod: bool = True

@@ -1,0 +1,504 @@
+"""GPU fragmentation of a node against a workload mix: what the "fragmentation" placement policy minimises.
+
+The paper's measure (Weng et al., "Beware of Fragmentation", USENIX ATC 2023): a node's fragmentation
+for one kind of task is the free GPU capacity that such a task cannot use - all of it when the task
+cannot be hosted there at all, otherwise the free capacity of the GPUs too full for it - and the node's
+fragmentation is its expected value over the workload mix. Placing each pod where that expectation
+grows least (FGD) keeps the cluster able to host what is likely to come next.
+
+This module's measure refines it in three ways:
+- for kinds of task that share cards, "cannot use" is looked at over two horizons and averaged: the
+  paper's (what the next task of a kind could not use now) and the filled node's (what is left once as
+  many tasks of that kind as the cards, CPU and memory allow have been placed). The second sees the
+  share of a card that no whole number of such tasks fills, and a node whose CPU will run out before
+  its GPUs do, before it is too late. Whole-card kinds keep the paper's view: what they leave unused
+  is whole cards, which lighter kinds can still take;
+- kinds of task that only a few nodes can host weigh more on those nodes (the learned mix,
+  core/mixlearn.py), so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on
+  small tasks;
+- equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
+
+Everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of task's
+value apart from the mix's weights: in a cluster the same states recur constantly, so a decision costs a
+few dictionary lookups per class of nodes, and a new mix a weighted sum per state.
+"""
+
+from __future__ import annotations
+
+from array import array
+from functools import lru_cache
+from operator import mul
+from typing import TYPE_CHECKING
+
+from webhook.core.domain.model import Node, NodeUsage
+
+if TYPE_CHECKING:
+    from .place import WorkloadShape
+
+MILLI = 1000  # one whole GPU
+# Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
+# enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
+TIE_BREAK = 1e-4
+# Weight of the filled-node horizon against the next-task one, for kinds of task that share cards.
+FILLED = 0.5
+
+# A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
+_State = tuple[tuple[int, ...], int, int]
+# One kind of task, compiled: (gpus, milli, normalised weight, cpu_milli, memory_mib, lower-cased models).
+_Kind = tuple[int, int, float, int, int, tuple[str, ...]]
+
+
+class _Mix:
+    """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind.
+
+    `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
+    when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
+    for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
+
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes", "waste")
+
+    def __init__(self, kinds: tuple[_Kind, ...]) -> None:
+        self.kinds = kinds
+        # The shares single-GPU kinds take of a card, and what of a card's free part they leave unused.
+        self.sizes = tuple(sorted({k[1] for k in kinds if k[0] == 1 and k[1] < MILLI}))
+        self.waste = waste_table(self.sizes)
+        self.entries: tuple[tuple[int, float, _Kind], ...] = ()
+        self.generation = -1
+        self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
+        self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
+        self.groups: tuple[_Group, ...] = ()
+        self.mask = 0
+
+    def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
+        if self.generation != _REGISTRY.generation:
+            generation = _REGISTRY.generation
+            entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
+            if _REGISTRY.generation != generation:  # dropped meanwhile: index them all again, no drop now
+                entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
+            self.entries, self.generation = entries, _REGISTRY.generation
+            self.indices = tuple(e[0] for e in entries)
+            self.groups = _groups(entries)
+            self.mask = sum(1 << i for i in set(self.indices))
+        return self.entries
+
+
+@lru_cache(maxsize=64)
+def waste_table(sizes: tuple[int, ...]) -> array[float]:
+    """For each free part of a card (0..MILLI thousandths), how much of it stays unused when tasks of the
+    mix's card-sharing shares fill it, each next one drawn alike from the shares that still fit, until
+    none does. A card's remainder that some share fills exactly wastes nothing; a 190 left beside an 810
+    task, where only rarer small shares fit, wastes most of itself. The shares' weights are left out, so
+    the table (and every state's values) changes only when the set of shares does, not with each new mix."""
+    table = array("d", [0.0]) * (MILLI + 1)
+    fitting: list[int] = []
+    for free in range(MILLI + 1):
+        while len(fitting) < len(sizes) and sizes[len(fitting)] <= free:
+            fitting.append(sizes[len(fitting)])
+        table[free] = sum(table[free - size] for size in fitting) / len(fitting) if fitting else float(free)
+    return table
+
+
+# Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
+# any of them needs, the members' indices, the members as (index, CPU, memory), the indices as bits).
+_Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...], int]
+
+
+def _groups(entries: tuple[tuple[int, float, _Kind], ...]) -> tuple[_Group, ...]:
+    found: dict[tuple[int, int, tuple[str, ...]], list[tuple[int, int, int]]] = {}
+    for index, _, (gpus, milli, _, cpu, memory, models) in entries:
+        found.setdefault((gpus, milli, models), []).append((index, cpu, memory))
+    return tuple(((gpus, milli), models, max(m[1] for m in members), max(m[2] for m in members),
+                  tuple(m[0] for m in members), tuple(members), sum(1 << i for i in {m[0] for m in members}))
+                 for (gpus, milli, models), members in found.items())
+
+
+class _Registry:
+    """Kinds of task -> their index in each state's vector of per-kind values.
+
+    A state's value for one kind does not depend on the mix's weights, so a new mix (a learned mix moves
+    with the pods) costs a dot product per state, not a new evaluation. Append-only; when full, the
+    vectors and the registry are dropped together and compiled mixes re-index (`generation`)."""
+
+    __slots__ = ("indices", "generation")
+
+    def __init__(self) -> None:
+        self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
+        self.generation = 0
+
+    def index(self, kind: _Kind, drop: bool = True) -> int:
+        key = (kind[0], kind[1], kind[3], kind[4], kind[5])
+        found = self.indices.get(key)
+        if found is None:
+            if drop and len(self.indices) >= _KINDS_LIMIT:
+                self.indices.clear()
+                _VECTORS.clear()
+                self.generation += 1
+            found = self.indices[key] = len(self.indices)
+        return found
+
+
+_KINDS_LIMIT = 1 << 12
+_REGISTRY = _Registry()
+# Per (GPU model, state): each kind's fragmentation (thousandths), NaN where not computed yet.
+_VECTORS: dict[tuple[str, _State], Measured] = {}
+_VECTORS_LIMIT = 1 << 17
+_NAN = float("nan")
+
+
+# Compiled mixes by the identity of the tuple passed in (the tuple is held, so its id stays unique).
+_BY_IDENTITY: dict[int, tuple[tuple[WorkloadShape, ...], _Mix]] = {}
+# Fragmentation by (node identity, usage, compiled mix identity, paper?); the nodes and mixes are held in
+# `_HELD` so that their ids stay unique while an entry refers to them. Both are dropped together when full.
+_VALUES: dict[tuple[int, NodeUsage, int, bool], tuple[float, int]] = {}
+_HELD: dict[int, object] = {}
+_VALUES_LIMIT = 1 << 18
+# A node's state per (node identity, usage), whatever the mix: held in `_HELD` and dropped with `_VALUES`.
+_STATES: dict[tuple[int, NodeUsage], _State] = {}
+
+
+def forget() -> None:
+    """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
+    cluster, so that the next one starts with small tables (a replay per seed)."""
+    for memo in (_VALUES, _HELD, _STATES, _VECTORS, _CARDS):
+        memo.clear()
+    _paper_fragmentation.cache_clear()
+
+
+def default_mix() -> tuple[WorkloadShape, ...]:
+    """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
+    from .place import WorkloadShape
+
+    return (
+        WorkloadShape(gpus=1, milli=250, weight=2.0),
+        WorkloadShape(gpus=1, milli=500, weight=2.0),
+        WorkloadShape(gpus=1, milli=MILLI, weight=4.0),
+        WorkloadShape(gpus=2, milli=MILLI, weight=0.5),
+        WorkloadShape(gpus=4, milli=MILLI, weight=0.25),
+        WorkloadShape(gpus=8, milli=MILLI, weight=0.125),
+    )
+
+
+def free_milli(node: Node, usage: NodeUsage) -> tuple[int, ...]:
+    """Free thousandths of each GPU (0 for a card held exclusively or unhealthy), in node order."""
+    free: list[int] = []
+    for i, gpu in enumerate(node.gpus):
+        used = usage.gpus[i] if i < len(usage.gpus) else None
+        if not gpu.healthy or (used is not None and used.exclusive):
+            free.append(0)
+            continue
+        if used is None:
+            free.append(MILLI)
+            continue
+        by_cores = MILLI - used.cores * 10
+        by_memory = MILLI
+        if gpu.memory_mib > 0:
+            by_memory = (gpu.memory_mib - used.memory_mib) * MILLI // gpu.memory_mib
+        free.append(max(0, min(by_cores, by_memory)))
+    return tuple(free)
+
+
+def _state(node: Node, usage: NodeUsage) -> _State:
+    free = tuple(sorted((f for f in free_milli(node, usage) if f > 0), reverse=True))
+    # Capacity 0 means "not reported": such a dimension never constrains.
+    cpu = node.cpu_milli - usage.cpu_milli if node.cpu_milli > 0 else 1 << 40
+    memory = node.memory_mib - usage.memory_mib if node.memory_mib > 0 else 1 << 40
+    return free, cpu, memory
+
+
+def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, ...], *, paper: bool = False) -> float:
+    """Expected free GPU capacity on the node (GPU units) that a task drawn from the mix cannot use.
+
+    `paper`: the ATC'23 paper's measure instead of this module's refinement.
+    """
+    return _value(node, usage, _compiled(mix), paper)[0]
+
+
+def fragmentation_delta(
+    node: Node, before: NodeUsage, after: NodeUsage, mix: tuple[WorkloadShape, ...], *, paper: bool = False
+) -> float:
+    """How much the node's expected fragmentation grows from `before` to `after` (GPU units; lower is better).
+
+    Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.
+    """
+    compiled = _compiled(mix)
+    was, _ = _value(node, before, compiled, paper)
+    now, free = _value(node, after, compiled, paper)
+    return now - was + TIE_BREAK * free / MILLI
+
+
+def node_state(node: Node, usage: NodeUsage) -> _State:
+    """The node's state as the measure sees it (what `node_states` gives before and after)."""
+    return _state(node, usage)
+
+
+def node_states(node: Node, before: NodeUsage | _State, after: NodeUsage) -> tuple[str, _State, _State]:
+    """What `states_delta` needs of a node before and after a placement (`before` as usage or as the
+    state an earlier call returned); it does not depend on the mix, so the scorer keeps it per class of
+    nodes and a new mix costs two weighted sums per option."""
+    was = _state(node, before) if isinstance(before, NodeUsage) else before
+    return node.gpu_model.lower(), was, _state(node, after)
+
+
+def states_delta(states: tuple[str, _State, _State], mix: tuple[WorkloadShape, ...]) -> float:
+    """`fragmentation_delta` of the states `node_states` gave (the same value)."""
+    model, before, after = states
+    compiled = _compiled(mix)
+    return (_fragmentation(model, after, compiled) - _fragmentation(model, before, compiled)
+            + TIE_BREAK * sum(after[0]) / MILLI)
+
+
+class Measured:
+    """One (GPU model, state): each kind's value (as long as the registry, NaN where not computed yet;
+    `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
+    The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
+
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes")
+
+    def __init__(self, model: str, state: _State) -> None:
+        self.model = model
+        self.state = state
+        self.free = sum(state[0])  # free thousandths
+        self.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
+        self.generation = _REGISTRY.generation
+        self.known = 0  # the indices of the kinds computed, as bits
+        self.mix: _Mix | None = None
+        self.expected = 0.0
+        self.sizes: tuple[int, ...] = ()  # the shares the values were computed against
+
+
+def measured(model: str, state: _State) -> Measured:
+    """The state's `Measured`, shared by every option that reaches the state."""
+    key = (model, state)
+    found = _VECTORS.get(key)
+    if found is None:
+        if len(_VECTORS) >= _VECTORS_LIMIT:
+            _VECTORS.clear()
+        found = _VECTORS[key] = Measured(model, state)
+    return found
+
+
+def compiled_mix(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    """The mix as `expected` takes it (memoised by the tuple's identity)."""
+    return _compiled(mix)
+
+
+def expected(found: Measured, mix: _Mix) -> float:
+    """The state's fragmentation under the mix (GPU units): `node_fragmentation`'s value."""
+    if found.mix is mix:
+        return found.expected
+    if not found.state[0]:
+        value = 0.0
+    else:
+        if mix.generation != _REGISTRY.generation:
+            mix.indexed()
+        values = found.values
+        if found.generation != _REGISTRY.generation or found.sizes != mix.sizes:
+            # The registry was dropped (indices mean other kinds), or the mix's shares changed (so did what
+            # a card's remainder wastes): compute again.
+            values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
+            found.generation = _REGISTRY.generation
+            found.known = 0
+            found.sizes = mix.sizes
+        elif len(values) < len(_REGISTRY.indices):
+            grown = array("d", [_NAN]) * len(_REGISTRY.indices)
+            grown[: len(values)] = values
+            values = found.values = grown
+        missing = mix.mask & ~found.known
+        if missing:
+            _fill(found.model, found.state, values, mix.groups, missing, mix.waste)
+            found.known |= mix.mask
+        # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
+        value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
+    found.mix, found.expected = mix, value
+    return value
+
+
+def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float, int]:
+    """(fragmentation, free thousandths) of the node in this state."""
+    key = (id(node), usage, id(mix), paper)
+    found = _VALUES.get(key)
+    if found is not None and _HELD.get(key[0]) is node:
+        return found
+    measure = _paper_fragmentation if paper else _fragmentation
+    state = _STATES.get(key[:2]) if _HELD.get(key[0]) is node else None
+    if state is None:
+        state = _state(node, usage)
+    value = (measure(node.gpu_model.lower(), state, mix), sum(state[0]))
+    if len(_VALUES) >= _VALUES_LIMIT:
+        _VALUES.clear()
+        _HELD.clear()
+        _STATES.clear()
+    _HELD[id(node)] = node
+    _STATES[key[:2]] = state
+    _HELD[id(mix)] = mix
+    _VALUES[key] = value
+    return value
+
+
+def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    hit = _BY_IDENTITY.get(id(mix))
+    if hit is not None and hit[0] is mix:
+        return hit[1]
+    compiled = _compile(mix if mix else default_mix())
+    if len(_BY_IDENTITY) >= 64:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[id(mix)] = (mix, compiled)
+    return compiled
+
+
+@lru_cache(maxsize=64)
+def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
+    """The kinds of task that use GPUs, with weights normalised to sum to 1."""
+    kept = [s for s in mix if s.gpus > 0 and s.milli > 0 and s.weight > 0]
+    total = sum(s.weight for s in kept)
+    return _Mix(
+        tuple(
+            (
+                s.gpus,
+                min(s.milli, MILLI),
+                s.weight / total,
+                s.cpu_milli,
+                s.memory_mib,
+                tuple(m.lower() for m in s.models),
+            )
+            for s in kept
+        )
+    )
+
+
+def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
+    """Free thousandths a task from the mix cannot use: per kind of task that shares cards, the mean of two
+    horizons; per whole-card kind, the next-task one.
+
+    Next task (the paper's view): what one more such task could not use now. Filled node: what is left
+    once as many such tasks as the cards, CPU and memory allow have been placed. Each kind's value is
+    kept per state (`_VECTORS`), so that a mix with other weights costs only the weighted sum.
+    """
+    if not state[0]:
+        return 0.0
+    found = _VECTORS.get((model, state))
+    if found is not None and found.mix is mix:
+        return found.expected
+    return expected(measured(model, state), mix)
+
+
+# Per free-capacity vector and waste table: (slots, stranded, left) per (GPUs, share), as `_kind_value`
+# counts them; shared by the states that differ only in CPU and memory.
+_CARDS: dict[tuple[tuple[int, ...], int], tuple[array[float], dict[tuple[int, int], tuple[int, float, float]]]] = {}
+_CARDS_LIMIT = 1 << 15
+# Whether a node model matches a kind's models (substrings), per (model, models).
+_HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
+
+
+def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int,
+          waste: array[float]) -> None:
+    """The values of the kinds of the groups with a kind in `missing` (bits of indices) for the state (the
+    same as `_kind_value`'s), a group at a time:
+    a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
+    value for all its kinds."""
+    free, cpu, memory = state
+    total = sum(free)
+    key = (free, id(waste))
+    entry = _CARDS.get(key)
+    if entry is None or entry[0] is not waste:  # the table is held with its entry, so its id stays its own
+        if len(_CARDS) >= _CARDS_LIMIT:
+            _CARDS.clear()
+        entry = _CARDS[key] = (waste, {})
+    cards = entry[1]
+    for shape, models, most_cpu, most_memory, indices, members, mask in groups:
+        if not mask & missing:
+            continue
+        if models:
+            hosts = _HOSTS.get((model, models))
+            if hosts is None:
+                hosts = _HOSTS[(model, models)] = any(m in model for m in models)
+            if not hosts:
+                for index in indices:
+                    values[index] = float(total)
+                continue
+        found = cards.get(shape)
+        if found is None:
+            found = cards[shape] = _cards(free, total, shape, waste)
+        slots, stranded, left = found
+        gpus, milli = shape
+        times = slots or 1
+        if cpu >= times * most_cpu and memory >= times * most_memory:
+            # No kind of the group is held back by CPU or memory: each takes `slots` tasks.
+            value = stranded if milli == MILLI else FILLED * left + (1 - FILLED) * stranded
+            for index in indices:
+                values[index] = value
+            continue
+        if milli == MILLI:  # the next-task view only: all of it, or the stranded cards
+            held, fitting_value = float(total), float(stranded)
+            for index, cpu_need, memory_need in members:
+                values[index] = held if cpu < cpu_need or memory < memory_need else fitting_value
+            continue
+        placed = gpus * milli
+        for index, cpu_need, memory_need in members:
+            next_task = total if cpu < cpu_need or memory < memory_need else stranded
+            tasks = slots
+            if cpu_need and tasks:
+                tasks = min(tasks, cpu // cpu_need)
+            if memory_need and tasks:
+                tasks = min(tasks, memory // memory_need)
+            filled = left if tasks == slots else total - tasks * placed
+            values[index] = FILLED * filled + (1 - FILLED) * next_task
+
+
+def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: array[float]
+           ) -> tuple[int, float, float]:
+    """(slots, stranded, left) of free cards for tasks of a shape: how many such tasks the cards hold;
+    the next-task view's loss (every free thousandth when no such task fits, else what the cards too
+    full for one waste); and the filled view's (what the cards' remainders waste once filled with them).
+    A card-sharing share's leftovers count only as far as the mix's other shares cannot fill them
+    (`waste_table`); a whole-card or multi-GPU task's count whole."""
+    gpus, milli = shape
+    fitting = sum(1 for f in free if f >= milli)
+    slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+    if fitting < gpus:
+        return slots, float(total), float(total)
+    if gpus == 1 and milli < MILLI:
+        return (slots, sum(waste[f] for f in free if f < milli), sum(waste[f % milli] for f in free))
+    return slots, float(sum(f for f in free if f < milli)), float(total - slots * gpus * milli)
+
+
+def _kind_value(model: str, state: _State, kind: _Kind, waste: array[float]) -> float:
+    """One kind's fragmentation of the state (thousandths), one kind at a time: what `_fill` computes a
+    group at a time (the tests hold the two equal)."""
+    free, cpu, memory = state
+    total = sum(free)
+    gpus, milli, _, cpu_need, memory_need, models = kind
+    if models and not any(m in model for m in models):
+        return float(total)
+    slots, stranded, left = _cards(free, total, (gpus, milli), waste)
+    next_task = total if cpu < cpu_need or memory < memory_need else stranded
+    if milli == MILLI:
+        # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
+        # never a piece of one; cards stranded only by this kind's CPU or memory (or by its GPU count)
+        # stay usable by the lighter kinds of the mix, which the expectation counts in their own right.
+        return float(next_task)
+    tasks = slots
+    if cpu_need and tasks:
+        tasks = min(tasks, cpu // cpu_need)
+    if memory_need and tasks:
+        tasks = min(tasks, memory // memory_need)
+    filled = left if tasks == slots else total - tasks * gpus * milli
+    return FILLED * filled + (1 - FILLED) * next_task
+
+
+@lru_cache(maxsize=1 << 16)
+def _paper_fragmentation(model: str, state: _State, mix: _Mix) -> float:
+    """The paper's measure: all free capacity for a kind the node cannot host now, else the too-full cards'."""
+    free, cpu, memory = state
+    total = sum(free)
+    if total == 0:
+        return 0.0
+    expected = 0.0
+    for gpus, milli, weight, cpu_need, memory_need, models in mix.kinds:
+        hostable = not models or any(m in model for m in models)
+        if not hostable or cpu < cpu_need or memory < memory_need:
+            expected += weight * total
+            continue
+        fitting = sum(1 for f in free if f >= milli)
+        expected += weight * (total if fitting < gpus else sum(f for f in free if f < milli))
+    return expected / MILLI

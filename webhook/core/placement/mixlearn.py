@@ -1,0 +1,227 @@
+"""The workload mix, learned online from what the cluster shows: one learner for the webhook, `check` and the
+simulator.
+
+The fragmentation policy weighs a node's free capacity by the kinds of GPU pod likely to come next. Those
+kinds are read from the GPU pods the cluster holds (running, pending, and admitted but not yet seen by the
+watch): a histogram of request shapes (GPUs, thousandths of a card each, CPU, host memory, allowed models).
+The mix is a pure function of that histogram and the nodes, so replicas that watch the same cluster
+derive the same mix, and a restart loses nothing the cluster still shows.
+
+Cost: the histogram is kept by its owner as pods come and go (`Histogram.add`, O(1)) and published with
+the snapshot (`Observed`, copied only when it changed). The mix is derived once per published histogram
+(`learned_mix`, memoised by identity; O(shapes)), from its quantised form (`signature`), and is the very
+same tuple while that does not change; never per admission.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from webhook.core.domain.model import Node
+from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape
+
+if TYPE_CHECKING:
+    from webhook.core.domain.model import Snapshot
+    from webhook.core.policy.model import Policy
+
+    from .place import WorkloadShape
+
+# A node as far as hosting goes, with how many such nodes: ((model, healthy GPUs, CPU, memory), count).
+Hosts = tuple[tuple[tuple[str, int, int, int], int], ...]
+Signature = tuple[tuple[Shape, int], ...]
+
+# Quantisation: a shape's weight (its count over the capacity that could host it, as a share of all
+# shapes') on a log scale, STEPS per halving (1: the share is known within a factor of two); shapes
+# under DROP of the weight are left out. Coarse on purpose: a placement decision hardly moves with a
+# weight a few tens of per cent off, and each new mix has the scorer weigh the node classes again, so the
+# mix changes when the workload has, not with every pod.
+STEPS = 1
+DROP = 1 / 256
+MAX_SHAPES = 48  # a bound on the kinds per mix (each costs time per node state)
+
+
+
+
+
+
+
+class Histogram:
+    """The running histogram its owner keeps as pods come and go (the watch cache, the simulator).
+    `view()` hands out an `Observed`, copied only after a count changed."""
+
+    __slots__ = ("counts", "_view")
+
+    def __init__(self) -> None:
+        self.counts: dict[Shape, int] = {}
+        self._view: Observed | None = EMPTY
+
+    def add(self, shape: Shape | None, sign: int = 1) -> bool:
+        """Count one pod in (sign 1) or out (-1); False when there is nothing to count."""
+        if shape is None:
+            return False
+        count = self.counts.get(shape, 0) + sign
+        if count > 0:
+            self.counts[shape] = count
+        else:
+            self.counts.pop(shape, None)
+        self._view = None
+        return True
+
+    def view(self) -> Observed:
+        if self._view is None:
+            self._view = Observed(dict(self.counts))
+        return self._view
+
+
+def hosts_of(nodes: Iterable[Node]) -> Hosts:
+    """The schedulable nodes as far as hosting goes, grouped (hashable, small)."""
+    found: dict[tuple[str, int, int, int], int] = {}
+    for node in nodes:
+        if node.unschedulable:
+            continue
+        key = (node.gpu_model.lower(), sum(1 for g in node.gpus if g.healthy), node.cpu_milli, node.memory_mib)
+        found[key] = found.get(key, 0) + 1
+    return tuple(sorted(found.items()))
+
+
+@lru_cache(maxsize=16)
+def _supplies(hosts: Hosts) -> dict[Shape, float]:
+    """Supply per shape for these nodes, filled as shapes come (one hash of `hosts` per histogram)."""
+    return {}
+
+
+def supply(hosts: Hosts, shape: Shape) -> float:
+    """GPU capacity (GPUs) that tasks of this shape could take on an empty cluster.
+
+    Per node, as many such tasks as its cards, CPU and memory allow, times what each takes of the cards:
+    a node whose CPU runs out after one task supplies that task's GPUs, not all of its cards.
+    """
+    gpus, milli, cpu, memory, models = shape
+    total = 0.0
+    for (model, healthy, node_cpu, node_memory), count in hosts:
+        if healthy < gpus or (models and not any(m in model for m in models)):
+            continue
+        if (node_cpu and node_cpu < cpu) or (node_memory and node_memory < memory):
+            continue
+        tasks = healthy * (MILLI // milli) if gpus == 1 else healthy // gpus
+        if cpu and node_cpu:
+            tasks = min(tasks, node_cpu // cpu)
+        if memory and node_memory:
+            tasks = min(tasks, node_memory // memory)
+        total += tasks * gpus * milli / MILLI * count
+    return total
+
+
+def signature(counts: Mapping[Shape, int], hosts: Hosts) -> Signature:
+    """The quantised histogram: each shape's weight - its count over the GPU capacity such tasks could
+    take on an empty cluster (a kind only a few nodes can host counts for more on those nodes) - as a
+    share of all shapes' weight, in STEPS per halving; shapes under DROP, and those no node can host, out."""
+    weights: list[tuple[Shape, float]] = []
+    total = 0.0
+    known = _supplies(hosts)
+    for shape, count in counts.items():
+        capacity = known.get(shape)
+        if capacity is None:
+            capacity = known[shape] = supply(hosts, shape) if hosts else 1.0
+        if capacity > 0 and count > 0:
+            weight = count / capacity
+            weights.append((shape, weight))
+            total += weight
+    if not total:
+        return ()
+    return tuple(sorted((shape, _step(weight / total)) for shape, weight in weights if weight >= DROP * total))
+
+
+def _step(share: float) -> int:
+    """The share's quantised level: STEPS per halving, and half as many below RARE (the rare shapes'
+    shares move the most from pod to pod, and each matters little on its own)."""
+    level = math.floor(STEPS * math.log2(share))
+    if share < RARE:
+        level -= level % (2 * STEPS)
+    return level
+
+
+RARE = 1 / 32  # shares under this move in steps of two halvings
+
+
+@lru_cache(maxsize=256)
+def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
+    """The mix of a quantised histogram (each step's geometric middle as the weight); empty: nothing
+    learned yet (the policy then uses the default mix)."""
+    from .place import WorkloadShape
+
+    merged: dict[Shape, float] = {}
+    for shape, step in quantised:
+        merged[shape] = 2.0 ** ((step + 0.5) / STEPS)
+    ranked = sorted(merged.items(), key=lambda sw: (-sw[1], sw[0]))[:MAX_SHAPES]
+    total = sum(weight for _, weight in ranked)
+    return Mix(WorkloadShape(gpus, milli, weight / total, cpu, memory, models)
+               for (gpus, milli, cpu, memory, models), weight in ranked)
+
+
+class Mix(tuple["WorkloadShape", ...]):
+    """A learned mix: a tuple of shapes whose hash is computed once (the placement memos hash the mix
+    once per decision; four dozen dataclass hashes each time would show in the admission time)."""
+
+    def __hash__(self) -> int:
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = super().__hash__()
+        return found
+
+
+def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ...]:
+    """The learned mix of a histogram over these nodes: the one function the webhook, `check` and the
+    simulator call. The same quantised histogram gives the very same tuple (memoised)."""
+    return mix_of_signature(signature(counts, hosts))
+
+
+# Per identity of the published objects (held, so that ids stay unique): hosts per node mapping, and the
+# mix per (observed, nodes). Both bounded.
+_HOSTS: dict[int, tuple[object, Hosts]] = {}
+_MIXES: dict[tuple[int, int], tuple[object, object, tuple[WorkloadShape, ...]]] = {}
+
+
+def hosts_for(nodes: Mapping[str, Node]) -> Hosts:
+    """`hosts_of` memoised per node mapping (a snapshot's is shared until a node changes)."""
+    held = _HOSTS.get(id(nodes))
+    if held is None or held[0] is not nodes:
+        if len(_HOSTS) >= 16:
+            _HOSTS.clear()
+        held = _HOSTS[id(nodes)] = (nodes, hosts_of(nodes.values()))
+    return held[1]
+
+
+def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[WorkloadShape, ...]:
+    """The mix a snapshot's pods teach: one dictionary look-up while neither has changed."""
+    if observed is None or not observed.counts:
+        return ()
+    key = (id(observed), id(nodes))
+    hit = _MIXES.get(key)
+    if hit is not None and hit[0] is observed and hit[1] is nodes:
+        return hit[2]
+    mix = mix_of(observed.counts, hosts_for(nodes))
+    if len(_MIXES) >= 64:
+        _MIXES.clear()
+    _MIXES[key] = (observed, nodes, mix)
+    return mix
+
+
+def mix_in_use(policy: Policy, snapshot: Snapshot) -> tuple[str, tuple[WorkloadShape, ...]]:
+    """The fragmentation policy's mix for this policy and snapshot, weights summing to 1, and where it
+    comes from: "learned", "fixed" (the policy's list), or "default" (asked for, or nothing learned yet)."""
+    from .fragmentation import default_mix
+    from .place import WorkloadShape
+
+    if policy.workload_mix_source == "fixed":
+        source, mix = "fixed", tuple(WorkloadShape(e.gpus, e.milli, e.weight) for e in policy.workload_mix)
+    elif policy.workload_mix_source == "learn" and (learned := learned_mix(snapshot.observed, snapshot.nodes)):
+        source, mix = "learned", learned
+    else:
+        source, mix = "default", default_mix()
+    total = sum(s.weight for s in mix if s.weight > 0)
+    return source, tuple(WorkloadShape(s.gpus, s.milli, s.weight / total, s.cpu_milli, s.memory_mib, s.models)
+                         for s in mix if s.weight > 0)

@@ -1,0 +1,395 @@
+"""Node and GPU choice: which nodes could ever host a GPU pod, and which host it best now.
+
+Policies: random, best-fit, dot-product, binpack, spread, fewest-tasks, fragmentation, custom scorers
+(registered by name in `PlacementContext.scorers`), and weighted combinations ({"binpack": 1,
+"fragmentation": 2}).
+Work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on a
+thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU set first (topology).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from webhook.core.podspec.vendors import VENDORS
+
+from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
+from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
+from .nodeindex import NodeIndex, Shape, taken
+from .nodereach import ShapeReach, count_rejections, reach_of
+from .ranking import best_options, random_options
+from .scoring import Candidate, score_all
+from .topology import expected_loss
+
+__all__ = [
+    "DEFAULT_LOSS",
+    "POLICIES",
+    "NodeIndex",
+    "PlacementContext",
+    "Scorer",
+    "WorkloadShape",
+    "commit",
+    "constraints_for",
+    "index_of",
+    "place",
+]
+
+# A custom scorer: (request, node, node usage, candidate option) -> score, higher is better.
+Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
+
+DEFAULT_LOSS: Mapping[TopologyClass, float] = {
+    TopologyClass.SINGLE: 0.0,
+    TopologyClass.NVLINK: 0.03,
+    TopologyClass.MIXED: 0.20,
+    TopologyClass.PCIE: 0.375,
+}
+
+_ELIGIBLE_MEMO = 256
+_NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
+
+POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+
+# The toleration the mutation adds for the vendor's device taint (its count resource, as the device
+# plugins' taint convention; the first dialect of each vendor in the table).
+GPU_TAINT_KEYS: Mapping[str, str] = {v.vendor: v.count for v in reversed(VENDORS)}
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """One kind of pod in the workload mix: GPUs per pod and thousandths of a GPU each (1000 = whole)."""
+
+    gpus: int
+    milli: int
+    weight: float = 1.0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlacementContext:
+    """How to place: the policy and its knobs. Built by admit from the policy file and the pod."""
+
+    policy: str | Mapping[str, float] = "binpack"  # a name, or weights over names
+    gpu_policy: str = "binpack"  # inside a node, for shared requests: binpack | spread
+    topology_loss: Mapping[TopologyClass, float] = field(default_factory=lambda: dict(DEFAULT_LOSS))
+    limit: int = 5  # how many options to return
+    workload_mix: tuple[WorkloadShape, ...] = ()  # empty: the policy learns or assumes a default
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)
+    seed: int = 0  # for the random policy
+    allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
+    tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
+    # The constraints of pods that state none of their own, per vendor (one value per context).
+    plain: dict[str, tuple[tuple[Toleration, ...], NodeConstraints]] = field(default_factory=dict, compare=False,
+                                                                              repr=False)
+
+
+def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
+    """The pod's node constraints with the tolerations the mutation will add to it: the vendor's device
+    taint and the policy's `tolerations`."""
+    return constraints_of(request.raw, _added(request.vendor, tolerations))
+
+
+def _added(vendor: str, tolerations: tuple[Mapping[str, Any], ...]) -> tuple[Toleration, ...]:
+    gpu_taint = Toleration(GPU_TAINT_KEYS.get(vendor, "nvidia.com/gpu"), "Exists", "", "NoSchedule")
+    return (gpu_taint, *tolerations_of(tolerations))
+
+
+def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
+    """constraints_for, with the added tolerations parsed once per context and vendor, and one value
+    shared by the pods that state no constraint of their own."""
+    found = ctx.plain.get(request.vendor)
+    if found is None:
+        added = _added(request.vendor, ctx.tolerations)
+        found = ctx.plain[request.vendor] = (added, constraints_of({}, added))
+    spec = request.raw.get("spec") if request.raw else None
+    if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
+        return constraints_of(request.raw, found[0])
+    return found[1]
+
+
+def index_of(snapshot: Snapshot) -> NodeIndex:
+    """The snapshot's index (built and cached on first use)."""
+    found = snapshot.cache.get("index")
+    if isinstance(found, NodeIndex):
+        return found
+    index = NodeIndex.build(snapshot.nodes, snapshot.usage)
+    snapshot.cache["index"] = index
+    return index
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+
+def _uuid_masks(index: NodeIndex, demand: Demand) -> tuple[dict[str, int] | None, dict[str, int]]:
+    """Per node, the GPUs the pod's UUID lists allow (include: only listed nodes) and forbid."""
+    include: dict[str, int] | None = None
+    if demand.uuids_include:
+        include = {}
+        for uuid in demand.uuids_include:
+            where = index.statics.uuid_node.get(uuid)
+            if where is not None:
+                include[where[0]] = include.get(where[0], 0) | 1 << where[1]
+    exclude: dict[str, int] = {}
+    for uuid in demand.uuids_exclude:
+        where = index.statics.uuid_node.get(uuid)
+        if where is not None:
+            exclude[where[0]] = exclude.get(where[0], 0) | 1 << where[1]
+    return include, exclude
+
+
+def _candidates(
+    index: NodeIndex,
+    demand: Demand,
+    ctx: PlacementContext,
+    rejected: dict[str, int],
+    eligible: list[str] | None,
+    reach: ShapeReach | None,
+) -> list[Candidate]:
+    """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked.
+    `reach`: the nodes the pod's own constraints allow, per shape (None: all)."""
+    include, exclude = _uuid_masks(index, demand)
+    token = index.statics.token(demand.key)
+    gpu_policy = demand.gpu_policy or ctx.gpu_policy
+    out: list[Candidate] = []
+
+    def reject(reason: str, count: int) -> None:
+        if count:
+            rejected[reason] = rejected.get(reason, 0) + count
+
+    filtered = reach.filtered if reach is not None else {}
+    for shape in index.statics.shapes:
+        reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
+        if reachable is not None:
+            assert reach is not None
+            count_rejections(reach, shape, rejected)
+            if not reachable:
+                continue
+        verdict = static_verdict(shape, demand)
+        if isinstance(verdict, str):
+            reject(verdict, len(shape.names) if reachable is None else len(reachable))
+            continue
+        if include is not None:
+            masks = include if reachable is None else {n: m for n, m in include.items() if n in reachable}
+            _restricted(index, shape, verdict, demand, token, gpu_policy, masks, True, out, reject, eligible,
+                        len(shape.names) if reachable is None else len(reachable))
+            continue
+        special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape} if exclude else _NONE
+        if special and reachable is not None:
+            special = {n: m for n, m in special.items() if n in reachable}
+        if special:
+            _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible, 0)
+        if eligible is not None:
+            names_here = shape.names if reachable is None else list(reachable)
+            eligible.extend(n for n in names_here if n not in special) if special else eligible.extend(names_here)
+        # Nodes without room for the pod on any GPU are counted, never looked at.
+        first = verdict.first_bucket
+        if reachable is None:
+            busy = index.count_below(shape, first)
+            if special:
+                busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
+        else:
+            busy = len(reachable) - len(special)  # less those seen in the classes below
+        allowed = verdict.allowed
+        key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
+        if reachable is None and not special:  # every class of the shape, whole (the common case)
+            for node_class in index.classes(shape, first):
+                state = node_class.state
+                choice = state.memo.get(key)
+                if choice is None:
+                    choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
+                if isinstance(choice, str):
+                    reject(choice, len(node_class.names))
+                else:
+                    out.append(Candidate(state, node_class.names, choice, verdict, allowed))
+            reject("busy", busy)
+            continue
+        for node_class in index.classes(shape, first):
+            names = node_class.names
+            if reachable is not None:
+                hit = filtered.get(id(names))  # reach.within's memo, looked up inline: the hot loop
+                if hit is not None and hit[0] is names:
+                    names = hit[1]
+                else:
+                    assert reach is not None
+                    names = reach.within(names, reachable)
+            if special and any(n in special for n in names):
+                names = tuple(n for n in names if n not in special)
+            if not names:
+                continue
+            if reachable is not None:
+                busy -= len(names)
+            choice = node_class.state.memo.get(key)
+            if choice is None:
+                choice = choose_gpus(node_class.state, verdict, allowed, demand, gpu_policy, token)
+            if isinstance(choice, str):
+                reject(choice, len(names))
+            else:
+                out.append(Candidate(node_class.state, names, choice, verdict, allowed))
+        reject("busy", busy)
+    return out
+
+
+def _restricted(
+    index: NodeIndex,
+    shape: Shape,
+    fit: Fit,
+    demand: Demand,
+    token: int,
+    gpu_policy: str,
+    masks: Mapping[str, int],
+    only: bool,
+    out: list[Candidate],
+    reject: Callable[[str, int], None],
+    eligible: list[str] | None,
+    reachable: int,
+) -> None:
+    """Nodes whose GPUs the pod names by UUID, one at a time (there are few). `reachable`: how many nodes
+    of the shape the pod's constraints allow (the others are counted already)."""
+    for name in sorted(masks):
+        if index.statics.shape_of[name] is not shape:
+            continue
+        allowed = fit.allowed & masks[name] if only else fit.allowed & ~masks[name]
+        if allowed.bit_count() < demand.count:
+            reject("uuid", 1)
+            continue
+        if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
+            reject("topology", 1)
+            continue
+        if eligible is not None:
+            eligible.append(name)
+        state = shape.state(index.usage(name))
+        choice = choose_gpus(state, fit, allowed, demand, gpu_policy, token)
+        if isinstance(choice, str):
+            reject(choice, 1)
+        else:
+            out.append(Candidate(state, (name,), choice, fit, allowed))
+    if only:
+        reject("uuid", reachable - sum(1 for n in masks if index.statics.shape_of[n] is shape))
+
+
+# -- the decision -------------------------------------------------------------------------------
+
+
+def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Placement:
+    """Eligible nodes, and the best options now, for a pod.
+
+    A pod asking for no GPU takes CPU and memory only. One that names a GPU resource but asks for none of
+    it (`nvidia.com/gpu: 0`, `is_gpu_pod`) gets no option: admission reports it as unsatisfiable.
+
+    Reasons counted in `rejected`: the pod's own constraints ("node-selector", "node-affinity", "taint",
+    "unschedulable": cordoned), never possible on the node ("vendor", "gpu-count", "model" (also the
+    namespace's allowedModels), "unhealthy", "cores", "memory", "cpu", "host-memory", "topology", "uuid")
+    or not now ("busy": too little free GPU capacity or no all-NVLink set free; "cpu", "host-memory": taken).
+    """
+    constraints = _constraints(request, ctx)
+    demand = demand_of(request, ctx.allowed_models, constraints.cordon_ok)
+    reach = reach_of(index.statics, constraints)
+    if demand.count <= 0:
+        if request.is_gpu_pod:
+            return Placement(eligible=(), options=(), rejected={})
+        return _place_on_host(request, demand, index, ctx, reach, constraints)
+    rejected: dict[str, int] = {}
+    # Eligibility depends on nothing that changes between index versions: computed once per demand.
+    memo = index.statics.eligible
+    key = (demand.key, demand.uuids_include, demand.uuids_exclude, constraints)
+    eligible = memo.get(key)
+    collected: list[str] | None = [] if eligible is None else None
+    cands = _candidates(index, demand, ctx, rejected, collected, reach)
+    if eligible is None:
+        assert collected is not None
+        eligible = _remember(memo, key, collected)
+    for cand in cands:
+        cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
+    topology_first = demand.count > 1 and demand.topology_aware
+    options = _ranked(cands, topology_first, request, demand, index, ctx, reach)
+    return Placement(eligible=eligible, options=options, rejected=rejected)
+
+
+def _remember(memo: dict[Any, tuple[str, ...]], key: Any, collected: list[str]) -> tuple[str, ...]:
+    """Store an eligible set in the statics' memo (dropped whole when full); returns it sorted."""
+    if len(memo) >= _ELIGIBLE_MEMO:
+        memo.clear()
+    eligible = memo[key] = tuple(sorted(collected))
+    return eligible
+
+
+def _ranked(cands: list[Candidate], topology_first: bool, request: PodRequest, demand: Demand, index: NodeIndex,
+            ctx: PlacementContext, reach: ShapeReach | None) -> tuple[Option, ...]:
+    """The best options among the candidates, by the context's policy; the pod's preferred node affinity
+    breaks ties between equal scores (the weights of the terms a node meets, summed as the scheduler's
+    NodeAffinity score does)."""
+    if ctx.policy == "random":
+        return tuple(random_options(cands, topology_first, ctx))
+    score_all(cands, request, demand, ctx, index.nodes, index.statics.token)
+    return tuple(best_options(cands, topology_first, ctx, reach if reach is not None and reach.weights else None))
+
+
+def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: PlacementContext,
+                   reach: ShapeReach | None, constraints: NodeConstraints) -> Placement:
+    """A pod asking for no GPU: any schedulable node with room for its CPU and memory, GPU-less ones too.
+
+    Scored by the same policy as GPU pods (the fragmentation policy sees the node's growth in
+    fragmentation from the CPU and memory taken).
+    """
+    rejected: dict[str, int] = {}
+    memo = index.statics.eligible
+    key = ("host", demand.key, constraints)
+    eligible = memo.get(key)
+    collected: list[str] = []
+    cands: list[Candidate] = []
+    no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
+    for shape in index.statics.shapes:
+        node = shape.template
+        reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
+        if reachable is not None:
+            count_rejections(reach, shape, rejected)
+            if not reachable:
+                continue
+        reason = _host_verdict(node, demand)
+        if reason:
+            rejected[reason] = rejected.get(reason, 0) + (len(shape.names) if reachable is None else len(reachable))
+            continue
+        collected.extend(shape.names if reachable is None else reachable)
+        for node_class in index.classes(shape):
+            state = node_class.state
+            names = node_class.names
+            if reachable is not None:
+                assert reach is not None
+                names = reach.within(names, reachable)
+                if not names:
+                    continue
+            if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
+                rejected["cpu"] = rejected.get("cpu", 0) + len(names)
+            elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
+                rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
+            else:
+                cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
+    if eligible is None:
+        eligible = _remember(memo, key, collected)
+    options = _ranked(cands, False, request, demand, index, ctx, reach)
+    return Placement(eligible=eligible, options=options, rejected=rejected)
+
+
+def _host_verdict(node: Node, demand: Demand) -> str:
+    """Why a node could never host a pod asking for no GPU ("" when it could)."""
+    if node.unschedulable and not demand.cordon_ok:
+        return "unschedulable"
+    if 0 < node.cpu_milli < demand.cpu:
+        return "cpu"
+    if 0 < node.memory_mib < demand.host_memory:
+        return "host-memory"
+    return ""
+
+
+_NO_GPU = Choice(gpus=(), memory=0, cores=0, topology=TopologyClass.SINGLE)
+_NO_FIT = Fit(allowed=0, memory=(), cores=(), first_bucket=0)
+
+
+def commit(usage: NodeUsage, option: Option, request: PodRequest, node: Node) -> NodeUsage:
+    """The node's usage after hosting `request` as `option` says (no GPU in the option: CPU and memory only)."""
+    return taken(node, usage, option.gpus, option.memory_mib, option.cores, not request.shared,
+                 request.cpu_milli, request.memory_mib_host)

@@ -1,0 +1,2 @@
+"""Kubernetes objects' fields, read and written: quantities, vendor resource names, other schedulers'
+dialects, the decision record and the JSONPatch."""

@@ -1,0 +1,1 @@
+"""The policy: its model and the checks that name the offending field."""

@@ -1,0 +1,1 @@
+"""The policy file on disk: reading it, and the one holder that re-reads it when it changes."""

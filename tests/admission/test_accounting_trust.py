@@ -14,7 +14,8 @@ from server_support import cluster_objects
 
 from webhook.cluster.cache import ClusterCache
 from webhook.cluster.held import Held, held_of, limit_mib
-from webhook.cluster.translate import build_snapshot, pod_usage_of
+from webhook.cluster.podusage import pod_usage_of
+from webhook.cluster.translate import build_snapshot
 from webhook.core.admission import admit
 from webhook.core.domain.model import GpuUsage, Usage
 from webhook.core.podspec.record import ANNOTATION

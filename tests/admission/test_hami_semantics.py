@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 from builders import A100, node, pod, snapshot
 
-from webhook.cluster.translate import pod_usage_of
+from webhook.cluster.podusage import pod_usage_of
 from webhook.core.admission import admit
 from webhook.core.domain.model import GpuUsage, NodeUsage, QuotaLimits, Usage
 from webhook.core.podspec.record import ANNOTATION, allocation_from_json, allocation_to_json

@@ -13,7 +13,7 @@ import jsonpatch
 import pytest
 from builders import A100, node, pod, snapshot
 
-from webhook.cluster.translate import pod_usage_of
+from webhook.cluster.podusage import pod_usage_of
 from webhook.core.admission import admit
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy, parse_policy

@@ -16,7 +16,7 @@ from webhook.core.domain.shapes import EMPTY, Observed, Shape, shape_of, slice_m
 from webhook.core.placement.mixlearn import Histogram
 from webhook.core.podspec.vendors import SELECTORS
 
-from .translate import PodUsage, pod_usage_of
+from .podusage import PodUsage, pod_usage_of
 
 
 def models_of(pod: Mapping[str, Any], vendor: str) -> tuple[str, ...]:

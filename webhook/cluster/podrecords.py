@@ -9,7 +9,7 @@ from typing import Any
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Usage
 
 from .held import repeated
-from .translate import PodUsage, place_usage
+from .podusage import PodUsage, place_usage
 
 
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:

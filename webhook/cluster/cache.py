@@ -17,9 +17,18 @@ from typing import Any
 
 from webhook.core.admission.dra import claim_refs, held_usage, largest_card
 from webhook.core.admission.isolation import NO_POD_READS, Reads, env_reads
-from webhook.core.domain.model import Claim, EnvReader, Namespace, Node, NodeUsage, QuotaLimits, Snapshot, Usage
+from webhook.core.domain.model import (
+    Claim,
+    EnvReader,
+    Namespace,
+    Node,
+    NodeUsage,
+    QuotaLimits,
+    Snapshot,
+    Usage,
+    usage_of,
+)
 from webhook.core.domain.shapes import Shape
-from webhook.core.domain.vendor_quota import usage_of
 from webhook.core.placement.mixlearn import Histogram
 from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.podspec.resources import is_gpu_pod

@@ -26,8 +26,9 @@ from webhook.core.domain.model import (
     Snapshot,
     Taint,
     Usage,
+    usage_of,
 )
-from webhook.core.domain.vendor_quota import quota_key, usage_of
+from webhook.core.domain.vendor_quota import quota_key
 from webhook.core.placement.mig import offer_of, whole_cards
 from webhook.core.podspec.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
 from webhook.core.podspec.inventory import (

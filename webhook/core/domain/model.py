@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from webhook.core.domain.shapes import Observed
+from .shapes import Observed
+from .vendor_quota import CAMBRICON, HYGON, MIG_KEY
 
 # ---------------------------------------------------------------------------------------------
 # Cluster: nodes, their GPUs and links, what is in use
@@ -416,7 +416,7 @@ class Allocation:
         if self.mig or self.vendor not in ("nvidia", ""):
             whole = Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
             base = replace(self, mig="", vendor="nvidia").usage() if self.containers else whole
-            return _vendor_usage(self.vendor, self.mig, base)
+            return usage_of(self.vendor, self.mig, base.gpus, base.memory_mib, base.cores)
         if not self.containers:
             return Usage(self.gpu_count, self.memory_mib * self.gpu_count, self.cores * self.gpu_count)
         app = [(n * m, n * c) for _, init, n, m, c in self.containers if not init]
@@ -426,10 +426,15 @@ class Allocation:
         return Usage(self.gpu_count, memory, cores)
 
 
-def _vendor_usage(vendor: str, mig: str, base: Usage) -> Usage:
-    from .vendor_quota import usage_of  # imported here: vendor_quota builds on this module
-
-    return usage_of(vendor, mig, base.gpus, base.memory_mib, base.cores)
+def usage_of(vendor: str, mig: str, gpus: int, memory_mib: int, cores: int) -> Usage:
+    """What `gpus` devices holding `memory_mib` and `cores` in all count against quotas."""
+    if mig:
+        return Usage(keys=((MIG_KEY + mig, gpus),))
+    if vendor == "hygon":
+        return Usage(keys=tuple(zip(HYGON, (gpus, memory_mib, cores), strict=True)))
+    if vendor == "cambricon":
+        return Usage(keys=tuple(zip(CAMBRICON, (gpus, memory_mib, cores), strict=True)))
+    return Usage(gpus, memory_mib, cores)
 
 
 @dataclass(frozen=True)

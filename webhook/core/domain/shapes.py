@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from webhook.core.domain.model import PodRequest
-
 MILLI = 1000
 # (GPUs, thousandths of a card per GPU, CPU millicores, host memory MiB, lower-cased allowed models)
 Shape = tuple[int, int, int, int, tuple[str, ...]]
@@ -33,14 +31,6 @@ def slice_milli(memory_mib: int | None, memory_pct: int | None, cores: int | Non
     if memory_mib is not None:
         return max(1, min(MILLI, -(-memory_mib * MILLI // card_mib))) if card_mib > 0 else None
     return MILLI
-
-
-def request_shape(request: PodRequest) -> Shape | None:
-    """The shape of a pod's request, as the webhook and the simulator see it before placing it."""
-    if request.mig:
-        return None
-    milli = slice_milli(request.memory_mib, request.memory_pct, request.cores)
-    return shape_of(request.gpus, milli, request.cpu_milli, request.memory_mib_host, request.models_include)
 
 
 class Observed:

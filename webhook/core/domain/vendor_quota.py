@@ -9,14 +9,12 @@ them spell them, so that a DCU, MLU or MIG pod is never charged as a whole `nvid
   (HAMi multiplies the limit by its memory factor, 256 MiB) and `.smlu.vcore`. HAMi manages one model
   name (its chart's `mlu`); every model's key is read as that one.
 
-Usage is kept under these normalised keys, memory in MiB.
+Usage is kept under these normalised keys, memory in MiB (`model.usage_of`).
 """
 
 from __future__ import annotations
 
 import re
-
-from .model import Usage
 
 MIG_KEY = "requests.nvidia.com/mig-"
 HYGON = ("requests.hygon.com/dcunum", "limits.hygon.com/dcumem", "limits.hygon.com/dcucores")
@@ -25,17 +23,6 @@ CAMBRICON = ("requests.cambricon.com/vmlu", "limits.cambricon.com/mlu.smlu.vmemo
 CAMBRICON_MEMORY_UNIT = 256  # MiB per cambricon.com/<model>.smlu.vmemory, HAMi's MemoryFactor
 _CAMBRICON_KEY = re.compile(r"limits\.cambricon\.com/[A-Za-z0-9][-A-Za-z0-9_]*\.smlu\.(vmemory|vcore)")
 UNITS = {HYGON[1]: " MiB", CAMBRICON[1]: " MiB", HYGON[2]: "%", CAMBRICON[2]: "%"}
-
-
-def usage_of(vendor: str, mig: str, gpus: int, memory_mib: int, cores: int) -> Usage:
-    """What `gpus` devices holding `memory_mib` and `cores` in all count against quotas."""
-    if mig:
-        return Usage(keys=((MIG_KEY + mig, gpus),))
-    if vendor == "hygon":
-        return Usage(keys=tuple(zip(HYGON, (gpus, memory_mib, cores), strict=True)))
-    if vendor == "cambricon":
-        return Usage(keys=tuple(zip(CAMBRICON, (gpus, memory_mib, cores), strict=True)))
-    return Usage(gpus, memory_mib, cores)
 
 
 def quota_key(key: str, value: int) -> tuple[str, int] | None:

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from webhook.core.domain.model import Node
-from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape
+from webhook.core.domain.model import Node, PodRequest
+from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape, shape_of, slice_milli
 
 if TYPE_CHECKING:
     from webhook.core.domain.model import Snapshot
@@ -74,6 +74,14 @@ class Histogram:
         if self._view is None:
             self._view = Observed(dict(self.counts))
         return self._view
+
+
+def request_shape(request: PodRequest) -> Shape | None:
+    """The shape of a pod's request, as the webhook and the simulator see it before placing it."""
+    if request.mig:
+        return None
+    milli = slice_milli(request.memory_mib, request.memory_pct, request.cores)
+    return shape_of(request.gpus, milli, request.cpu_milli, request.memory_mib_host, request.models_include)
 
 
 def hosts_of(nodes: Iterable[Node]) -> Hosts:

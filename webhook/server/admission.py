@@ -16,8 +16,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
 from webhook.core.domain.model import Decision
-from webhook.core.placement.group_place import NONE, mode_of, topology_owner
-from webhook.core.placement.groups import GroupRef, group_of, names_no_group
+from webhook.core.placement.group_place import placed_here
 from webhook.core.podspec.workload import describe as describe_workload
 from webhook.policyfile.holder import PolicyHolder
 
@@ -247,7 +246,7 @@ class AdmissionHandler:
 
         # The pod goes with its reservation: what it reads through envFrom is checked at a ConfigMap write
         # before the watch shows the pod (read from it only when a reservation is taken).
-        group = _group_of(pod, namespace, policy)
+        group = placed_here(pod, namespace, policy)
         if group is None:
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, pod=pod)
         else:  # its group's record is written with the reservation (a source that keeps groups)
@@ -319,23 +318,6 @@ class AdmissionHandler:
         decision = self.core.ephemeral(pod, old if isinstance(old, dict) else None, self.source.snapshot(),
                                        self.policy.get(), namespace=namespace or None, mutating=endpoint == "mutate")
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
-
-
-def _group_of(pod: Mapping[str, Any], namespace: str, policy: Any) -> GroupRef | None:
-    """The pod's multi-pod group (core/groups.py) when this webhook places it: None for a pod of no group,
-    whose topology another scheduler, Kueue TAS or KAI owns (they place the group), or with groups off
-    (`none`). A malformed group annotation is the core's to refuse, with the field named; here it only
-    means there is no group to record."""
-    if names_no_group(pod):  # most pods: none of the group keys, nothing more to read
-        return None
-    try:
-        ref = group_of(pod, namespace)
-        if ref is None or mode_of(pod, namespace, policy) == NONE:
-            return None
-    except ValueError:
-        return None
-    scheduler = _mapping(pod.get("spec")).get("schedulerName") or ""
-    return None if topology_owner(pod, str(scheduler)) else ref
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

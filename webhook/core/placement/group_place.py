@@ -30,7 +30,7 @@ from webhook.core.domain.model import Placement, PodRequest, Snapshot
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import GROUP_MODES, Policy
 
-from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of
+from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of, names_no_group
 from .nodeindex import LEVELS, NodeClass, NodeIndex, State, Statics
 from .place import PlacementContext, index_of, place
 
@@ -305,6 +305,23 @@ def choose(levels: list[Level], pods: int, open_ended: bool) -> Choice | None:
 
 
 # -- admission ------------------------------------------------------------------------------------------
+
+
+def placed_here(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GroupRef | None:
+    """The pod's multi-pod group when this webhook places it: None for a pod of no group, one whose
+    topology another scheduler, Kueue TAS or KAI owns (they place the group), or with groups off
+    (`none`). A malformed group annotation is `plan`'s to refuse, with the field named; here it only
+    means there is no group to record."""
+    if names_no_group(pod):  # most pods: none of the group keys, nothing more to read
+        return None
+    try:
+        ref = group_of(pod, namespace)
+        if ref is None or mode_of(pod, namespace, policy) == NONE:
+            return None
+    except ValueError:
+        return None
+    scheduler = mapping_of(pod.get("spec")).get("schedulerName") or ""
+    return None if topology_owner(pod, str(scheduler)) else ref
 
 
 def plan(request: PodRequest, snapshot: Snapshot, policy: Policy, ctx: PlacementContext,

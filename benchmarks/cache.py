@@ -27,7 +27,7 @@ from webhook.cluster.cache import ClusterCache  # noqa: E402
 from webhook.cluster.source import LiveSource  # noqa: E402
 from webhook.cluster.translate import build_snapshot  # noqa: E402
 from webhook.core.domain.model import Allocation, Decision, TopologyClass  # noqa: E402
-from webhook.core.placement.place import index_of  # noqa: E402
+from webhook.core.placement.state import index_of  # noqa: E402
 
 MODEL, CARD = "NVIDIA-H100-80GB-HBM3", 81559
 NAMESPACES = 100
@@ -234,7 +234,7 @@ def main() -> int:
         started = time.perf_counter()
         snap = cache.snapshot()
         after_pod.append((time.perf_counter() - started) * 1000)
-        assert "index" in snap.cache  # the placement index followed, copy-on-write
+        assert snap.derived.index is not None  # the placement index followed, copy-on-write
     print(f"snapshot() after one pod event:     {summary(after_pod)}   target < 5 ms")
 
     # A node event (label change): nodes change, the index is rebuilt lazily by the first placement.

@@ -39,8 +39,7 @@ from webhook.core.admission import admit  # noqa: E402
 from webhook.core.domain.model import Allocation, Gpu, Namespace, Node, NodeUsage, Snapshot  # noqa: E402
 from webhook.core.placement.group_room import domain_free, split_domain  # noqa: E402
 from webhook.core.placement.groups import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupRecord, commit, group_of  # noqa: E402
-from webhook.core.placement.place import index_of  # noqa: E402
-from webhook.core.placement.state import add_to_node, with_allocation  # noqa: E402
+from webhook.core.placement.state import add_to_node, index_of, with_allocation, with_usage  # noqa: E402  # noqa: E402
 from webhook.core.policy.model import Policy  # noqa: E402
 
 CLIQUE = "nvidia.com/gpu.clique"
@@ -178,9 +177,8 @@ class Run:
                 usage = add_to_node(self.snapshot.nodes[name], usage, rest)
             changed[name] = usage
         groups: Mapping[str, Any] = {k: r for k, r in self.snapshot.groups.items() if k != f"{NAMESPACE}/{job.name}"}
-        index = index_of(self.snapshot).updated(changed)
-        self.snapshot = replace(self.snapshot, usage={**self.snapshot.usage, **changed}, groups=groups,
-                                cache={"index": index})
+        index_of(self.snapshot)
+        self.snapshot = with_usage(self.snapshot, changed, groups=groups)
 
     def sample_stranded(self) -> None:
         free: dict[str, list[int]] = {}

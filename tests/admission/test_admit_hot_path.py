@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from webhook.core.domain.model import Allocation, TopologyClass
+from webhook.core.placement.group_place import placed_here as _group_of
 from webhook.core.placement.groups import GROUP_SIZE_ANNOTATION, group_of, names_no_group
 from webhook.core.podspec import record
 from webhook.core.podspec.record import Sealed, read_sealed, seal, sealed_text
 from webhook.core.podspec.workload import describe
 from webhook.core.policy.model import Policy
-from webhook.server.admission import _group_of
 
 KEY, SHAPE = b"k" * 32, "team-a|c0=nvidia:1"
 REQUIRED = {"key": "metadata.name", "operator": "In", "values": ["gpu-a", "gpu-b"]}

@@ -145,7 +145,7 @@ def cluster(envvar: bool | None) -> Any:
     base = snapshot(node("h1", H100, 8))
     h1 = dataclasses.replace(base.nodes["h1"], toolkit_envvar=envvar,
                              labels={**base.nodes["h1"].labels, "kubernetes.io/hostname": "h1"})
-    return dataclasses.replace(base, nodes={"h1": h1}, cache={})
+    return dataclasses.replace(base, nodes={"h1": h1})
 
 
 def device_mount_pod(gpus: int = 0) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from webhook.core.admission import admit
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Snapshot
 from webhook.core.placement.group_place import Choice, Level, choose, rooms, table_of
 from webhook.core.placement.groups import GroupRecord
-from webhook.core.placement.place import index_of
+from webhook.core.placement.state import index_of
 from webhook.core.podspec.record import ANNOTATION
 from webhook.core.policy.model import Policy, PolicyError, parse_policy
 
@@ -101,7 +101,7 @@ def test_preferred_mode_prefers_the_domain_and_requires_nothing_more() -> None:
 
 def test_later_pods_follow_the_record_not_the_best_fit() -> None:
     record = GroupRecord("team-a", "lws/vllm/0", CLIQUE, "c1", 2, 4, ("uid-0",))
-    snap = dataclasses.replace(CLUSTER, groups={record.key: record}, cache={})
+    snap = dataclasses.replace(CLUSTER, groups={record.key: record})
     decision, out = patched(lws_pod(size=2, worker=1), snap)
     assert decision.allocation.domain == "nvidia.com/gpu.clique=c1"
     assert decision.allocation.node in ("c1-0", "c1-1", "c1-2")
@@ -110,7 +110,7 @@ def test_later_pods_follow_the_record_not_the_best_fit() -> None:
 
 def test_a_later_pod_the_domain_can_never_host_is_refused_with_the_domain() -> None:
     record = GroupRecord("team-a", "lws/vllm/0", CLIQUE, "c2", 2, 4, ("uid-0",))
-    snap = dataclasses.replace(CLUSTER, groups={record.key: record}, cache={})
+    snap = dataclasses.replace(CLUSTER, groups={record.key: record})
     big = snapshot(*NODES, gpu_node("big", "c9", "r3", gpus=8))
     snap = dataclasses.replace(big, groups={record.key: record})
     decision = admit.mutate(lws_pod(size=2, gpus=8, worker=1), snap, REQUIRED)
@@ -121,7 +121,7 @@ def test_a_later_pod_the_domain_can_never_host_is_refused_with_the_domain() -> N
 
 def test_second_mutate_pass_is_a_no_op() -> None:
     record = GroupRecord("team-a", "lws/vllm/0", CLIQUE, "c1", 2, 4, ("uid-0",))
-    later = dataclasses.replace(CLUSTER, groups={record.key: record}, cache={})
+    later = dataclasses.replace(CLUSTER, groups={record.key: record})
     waiting = snapshot(*NODES, usage=busy(NODES, {"c3-0", "c3-1"}))
     for snap, size in ((CLUSTER, 2), (later, 2), (waiting, 4), (CLUSTER, 8)):
         for policy in (REQUIRED, PREFERRED):
@@ -198,7 +198,7 @@ def test_a_group_that_fits_only_when_capacity_frees_waits_or_is_refused() -> Non
 
 def test_other_groups_promises_keep_a_domain_from_a_new_group() -> None:
     other = GroupRecord("team-b", "train", CLIQUE, "c2", 3, 4, ("b-0",))  # 8 GPUs of c2 still to come
-    snap = dataclasses.replace(CLUSTER, groups={other.key: other}, cache={})
+    snap = dataclasses.replace(CLUSTER, groups={other.key: other})
     decision, _ = patched(lws_pod(size=2), snap)
     assert decision.allocation.domain == "nvidia.com/gpu.clique=c1"
 

@@ -10,7 +10,8 @@ from gpu_nodes import A100, dgx, paired, pcie_box, request
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, PodRequest, Snapshot, TopologyClass
 from webhook.core.domain.model import TopologyPreference as Topo
 from webhook.core.placement.fragmentation import default_mix, fragmentation_delta
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, index_of, place
+from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.placement.state import index_of
 
 H100_CARD = 81559
 
@@ -375,5 +376,5 @@ def test_updated_is_copy_on_write_and_apply_matches_a_rebuild() -> None:
 def test_index_of_memoises_on_the_snapshot() -> None:
     snapshot = Snapshot(nodes=cluster(dgx("d")), usage={})
     first = index_of(snapshot)
-    assert index_of(snapshot) is first and snapshot.cache["index"] is first
+    assert index_of(snapshot) is first and snapshot.derived.index is first
     assert len(first) == 1 and first.nodes["d"].name == "d"

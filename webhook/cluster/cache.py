@@ -30,6 +30,7 @@ from webhook.core.domain.model import (
 )
 from webhook.core.domain.shapes import Shape
 from webhook.core.placement.mixlearn import Histogram
+from webhook.core.placement.state import carry_index
 from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.podspec.resources import is_gpu_pod
 from webhook.core.podspec.vendors import ALLOCATION
@@ -525,7 +526,7 @@ class ClusterCache:
 
     def _publish(self) -> None:
         previous = self._published
-        cache: dict[str, Any] = {}
+        changed: dict[str, NodeUsage] = {}
         if previous is None or self._dirty_nodes:
             nodes: Mapping[str, Node] = dict(self._nodes)
             usage: Mapping[str, NodeUsage] = dict(self._usage)  # one entry per node, kept in step
@@ -534,13 +535,8 @@ class ClusterCache:
             if self._dirty_usage:
                 changed = {n: self._usage[n] for n in self._dirty_usage if n in self._nodes}
                 usage = {**previous.usage, **changed}
-                index = previous.cache.get("index")
-                if index is not None:
-                    cache["index"] = index.updated(changed)
             else:
                 usage = previous.usage
-                if "index" in previous.cache:
-                    cache["index"] = previous.cache["index"]
         dirty = self._dirty if previous is not None else {"namespaces", "quotas", "namespace_usage"}
         namespaces: Mapping[str, Namespace] = (
             dict(self._namespaces) if "namespaces" in dirty or previous is None else previous.namespaces
@@ -592,9 +588,11 @@ class ClusterCache:
         else:
             env_readers = previous.env_readers
         self._dirty_readers = set()
-        self._published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, cache, claims=claims,
-                                   claim_templates=templates, config_maps=config_maps, env_readers=env_readers,
-                                   observed=self._observed.view())
+        published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, claims=claims, claim_templates=templates,
+                             config_maps=config_maps, env_readers=env_readers, observed=self._observed.view())
+        if previous is not None:
+            carry_index(previous, published, changed)  # copy-on-write, by the nodes whose usage changed
+        self._published = published
         self._dirty_nodes = False
         self._dirty_usage = set()
         self._dirty = set()

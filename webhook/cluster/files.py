@@ -94,7 +94,7 @@ def with_manifest_claims(snapshot: Snapshot, documents: Sequence[Any], default_n
     if not found["ResourceClaim"] and not found["ResourceClaimTemplate"]:
         return snapshot
     return replace(snapshot, claims={**snapshot.claims, **found["ResourceClaim"]},
-                   claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]}, cache={})
+                   claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]})
 
 
 def with_manifest_config_maps(snapshot: Snapshot, documents: Sequence[Any], default_namespace: str) -> Snapshot:

@@ -19,8 +19,7 @@ from webhook.core.domain.model import Decision, NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
 from webhook.core.placement.group_room import GroupOutcomes, has_domains
 from webhook.core.placement.groups import GroupRef
-from webhook.core.placement.place import index_of
-from webhook.core.placement.state import add_to_node
+from webhook.core.placement.state import add_to_node, index_of, with_usage
 from webhook.core.policy.model import Policy
 
 from .cache import ClusterCache
@@ -47,13 +46,8 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
         if node is not None and entry.allocation.gpus:
             before = changed.get(node.name) or snapshot.usage.get(node.name, NodeUsage())
             changed[node.name] = add_to_node(node, before, entry.allocation)
-    usage = snapshot.usage
-    # The base's index (built once per base snapshot) is carried over: a snapshot per admission must
-    # never build its own from scratch.
-    index = index_of(snapshot)
-    if changed:
-        usage = {**snapshot.usage, **changed}
-        index = index.updated(changed)
+    # The base's index is built once per base snapshot; each admission's snapshot follows from it.
+    index_of(snapshot)
     # Admitted pods count in the learned workload mix as they will once the watch shows them.
     observed = (snapshot.observed or EMPTY).plus(allocation_shape(e.allocation, snapshot.nodes) for e in entries)
     # So do the ConfigMaps they read through envFrom: a write the pod would take at its next container
@@ -61,8 +55,7 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
     readers = snapshot.env_readers
     if any(e.reads for e in entries):
         readers = with_env_reads(readers, (e.env_reads() for e in entries))
-    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache={"index": index}, observed=observed,
-                   env_readers=readers)
+    return with_usage(snapshot, changed, namespace_usage=ns_usage, observed=observed, env_readers=readers)
 
 
 class LiveSource:
@@ -332,7 +325,7 @@ class Upkeep:
     def _maintain(self) -> None:
         import gc
 
-        from webhook.core.placement.place import index_of
+        from webhook.core.placement.state import index_of
 
         frozen = not self.freeze_gc
         next_prune = time.monotonic() + self.prune_every

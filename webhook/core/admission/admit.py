@@ -24,7 +24,8 @@ from webhook.core.domain.model import (
 )
 from webhook.core.placement import group_place, mig
 from webhook.core.placement.mixlearn import learned_mix
-from webhook.core.placement.place import PlacementContext, WorkloadShape, index_of, place
+from webhook.core.placement.place import PlacementContext, WorkloadShape, place
+from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings
 from webhook.core.podspec.dialects import resolve as resolve_gpu_policy

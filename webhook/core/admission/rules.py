@@ -11,7 +11,8 @@ from webhook.core.domain.model import Allocation, PodRequest, Snapshot, Topology
 from webhook.core.placement.nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from webhook.core.placement.nodeindex import Shape, Statics
 from webhook.core.placement.nodereach import ShapeReach, count_rejections, reach_of, shape_names
-from webhook.core.placement.place import constraints_for, index_of
+from webhook.core.placement.place import constraints_for
+from webhook.core.placement.state import index_of
 from webhook.core.placement.topology import largest_nvlink_clique
 from webhook.core.podspec.vendors import memory_name, selector_names
 from webhook.core.policy.model import Policy

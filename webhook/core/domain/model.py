@@ -191,6 +191,19 @@ class EnvReader(NamedTuple):
     pods: int  # how many pods
 
 
+class Derived:
+    """The one structure placement derives from a snapshot: its node index, with the `nodes` and `usage`
+    mappings it was built from. A snapshot made by `dataclasses.replace` shares this holder; the mappings
+    kept here tell placement whether the index is still the snapshot's own (`placement.state.index_of`)."""
+
+    __slots__ = ("index", "nodes", "usage")
+
+    def __init__(self) -> None:
+        self.index: object = None
+        self.nodes: object = None
+        self.usage: object = None
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the core knows about the cluster at one moment. Read-only by convention.
@@ -204,8 +217,9 @@ class Snapshot:
     namespaces: Mapping[str, Namespace] = field(default_factory=dict)
     quotas: Mapping[str, tuple[QuotaLimits, ...]] = field(default_factory=dict)
     namespace_usage: Mapping[str, Usage] = field(default_factory=dict)
-    # Derived structures (the placement index) memoised per snapshot; never part of equality.
-    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # What placement derives from `nodes` and `usage` (its node index), kept with the snapshot; never
+    # part of equality. Only placement reads or fills it (`placement.state`).
+    derived: Derived = field(default_factory=lambda: Derived(), compare=False, repr=False)
     # DRA ResourceClaims and ResourceClaimTemplates, by "namespace/name" (see core/dra.py).
     claims: Mapping[str, Claim] = field(default_factory=dict)
     claim_templates: Mapping[str, Claim] = field(default_factory=dict)
@@ -220,7 +234,7 @@ class Snapshot:
     groups: Mapping[str, Any] = field(default_factory=dict)
     # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
     # derived from (`shapes.Observed`); None: nothing observed. Derived from the pods and the
-    # reservations, like `cache`: not part of equality (`state.with_allocation` leaves it as it is).
+    # reservations, like `derived`: not part of equality (`state.with_allocation` leaves it as it is).
     observed: Observed | None = field(default=None, compare=False)
 
 

@@ -32,7 +32,8 @@ from webhook.core.policy.model import GROUP_MODES, Policy
 
 from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of, names_no_group
 from .nodeindex import LEVELS, NodeClass, NodeIndex, State, Statics
-from .place import PlacementContext, index_of, place
+from .place import PlacementContext, place
+from .state import index_of
 
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
 REQUIRED, PREFERRED, NONE = GROUP_MODES

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from webhook.core.domain.model import Snapshot
 
 from .groups import GroupRecord
-from .place import index_of
+from .state import index_of
 
 
 def split_domain(domain: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, Snapshot, TopologyClass
+from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
 from webhook.core.podspec.vendors import VENDORS
 
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
@@ -33,7 +33,6 @@ __all__ = [
     "WorkloadShape",
     "commit",
     "constraints_for",
-    "index_of",
     "place",
 ]
 
@@ -109,16 +108,6 @@ def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
     if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
         return constraints_of(request.raw, found[0])
     return found[1]
-
-
-def index_of(snapshot: Snapshot) -> NodeIndex:
-    """The snapshot's index (built and cached on first use)."""
-    found = snapshot.cache.get("index")
-    if isinstance(found, NodeIndex):
-        return found
-    index = NodeIndex.build(snapshot.nodes, snapshot.usage)
-    snapshot.cache["index"] = index
-    return index
 
 
 # -- candidates ---------------------------------------------------------------------------------

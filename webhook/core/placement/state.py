@@ -1,12 +1,56 @@
-"""Snapshots that count admitted-but-not-yet-seen pods (reservations), derived without a rebuild."""
+"""A snapshot's node index, and snapshots that count admitted-but-not-yet-seen pods (reservations),
+derived without a rebuild: the index of each follows from its base's by the nodes that changed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from webhook.core.domain.model import Allocation, Node, NodeUsage, Snapshot, Usage
+from webhook.core.domain.model import Allocation, Derived, Node, NodeUsage, Snapshot, Usage
 
-from .nodeindex import taken
+from .nodeindex import NodeIndex, taken
+
+
+def index_of(snapshot: Snapshot) -> NodeIndex:
+    """The snapshot's node index: built on first use and kept with the snapshot. One built for other
+    nodes or usage (a snapshot copied with `dataclasses.replace`) is never returned."""
+    found = _own(snapshot)
+    if found is not None:
+        return found
+    index = NodeIndex.build(snapshot.nodes, snapshot.usage)
+    _keep(snapshot.derived, index, snapshot)
+    return index
+
+
+def with_usage(snapshot: Snapshot, changed: Mapping[str, NodeUsage], **fields: Any) -> Snapshot:
+    """`snapshot` with these nodes' usage (and any other `fields`) replaced. Its index, when the base has
+    built one, follows by the changed nodes alone (copy-on-write): a snapshot per admission never builds
+    its own from scratch."""
+    usage = {**snapshot.usage, **changed} if changed else snapshot.usage
+    derived = replace(snapshot, usage=usage, derived=Derived(), **fields)
+    carry_index(snapshot, derived, changed)
+    return derived
+
+
+def carry_index(previous: Snapshot, current: Snapshot, changed: Mapping[str, NodeUsage]) -> None:
+    """Give `current` (the same nodes as `previous`, usage differing at most on `changed`) the index of
+    `previous`, updated, when `previous` has one. The watch cache publishes its snapshots through this."""
+    base = _own(previous)
+    if base is None or current.nodes is not previous.nodes:
+        return
+    _keep(current.derived, base.updated(changed) if changed else base, current)
+
+
+def _own(snapshot: Snapshot) -> NodeIndex | None:
+    held = snapshot.derived
+    if isinstance(held.index, NodeIndex) and held.nodes is snapshot.nodes and held.usage is snapshot.usage:
+        return held.index
+    return None
+
+
+def _keep(held: Derived, index: NodeIndex, snapshot: Snapshot) -> None:
+    held.index, held.nodes, held.usage = index, snapshot.nodes, snapshot.usage
 
 
 def add_to_node(node: Node, usage: NodeUsage, allocation: Allocation) -> NodeUsage:
@@ -21,16 +65,8 @@ def with_allocation(snapshot: Snapshot, namespace: str, allocation: Allocation) 
     """A new snapshot counting one more admitted pod: its namespace's usage and, when placed, its node."""
     ns_usage = dict(snapshot.namespace_usage)
     ns_usage[namespace] = ns_usage.get(namespace, Usage()) + allocation.usage()
-    usage = snapshot.usage
-    cache: dict[str, object] = {}
+    changed: dict[str, NodeUsage] = {}
     node = snapshot.nodes.get(allocation.node or "")
     if node is not None and allocation.gpus:
-        changed = add_to_node(node, snapshot.usage.get(node.name, NodeUsage()), allocation)
-        usage = dict(snapshot.usage)
-        usage[node.name] = changed
-        index = snapshot.cache.get("index")
-        if index is not None:
-            cache["index"] = index.updated({node.name: changed})
-    elif "index" in snapshot.cache:
-        cache["index"] = snapshot.cache["index"]
-    return replace(snapshot, usage=usage, namespace_usage=ns_usage, cache=cache)
+        changed[node.name] = add_to_node(node, snapshot.usage.get(node.name, NodeUsage()), allocation)
+    return with_usage(snapshot, changed, namespace_usage=ns_usage)

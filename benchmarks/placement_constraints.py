@@ -29,7 +29,9 @@ from gpu_clusters import busy_usage, mixed_cluster  # noqa: E402
 from placement import STREAM, WARM_UP, p99  # noqa: E402
 
 from webhook.core.domain.model import Node, Taint  # noqa: E402
-from webhook.core.placement.place import NodeIndex, PlacementContext, commit, constraints_for, place  # noqa: E402
+from webhook.core.placement.context import PlacementContext  # noqa: E402
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, constraints_for, place
 
 TAINT = Taint("dedicated", "infer", "NoSchedule")
 

@@ -31,8 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_clusters import nvswitch_node, paired_node, pcie_node  # noqa: E402
 
 from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest, TopologyClass, TopologyPreference  # noqa: E402
-from webhook.core.placement.nodeindex import normalised  # noqa: E402
-from webhook.core.placement.place import DEFAULT_LOSS, NodeIndex, PlacementContext, commit, place  # noqa: E402
+from webhook.core.placement.context import DEFAULT_LOSS, PlacementContext
+from webhook.core.placement.nodeindex import (
+    NodeIndex,  # noqa: E402
+    normalised,  # noqa: E402
+)
+from webhook.core.placement.place import commit, place
 from webhook.core.placement.topology import classify_pairs  # noqa: E402
 
 PRODUCT = ("binpack", "spread", "fragmentation", "fewest-tasks", "best-fit", "dot-product", "random")

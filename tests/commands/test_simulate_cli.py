@@ -10,7 +10,7 @@ import pytest
 
 from webhook.cli import main
 from webhook.commands.simulate import parse_policies, parse_seeds
-from webhook.core.placement.place import POLICIES
+from webhook.core.placement.context import POLICIES
 from webhook.errors import UserError
 from webhook.simulate.replay import workload
 from webhook.simulate.trace import load_pods

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
     TIE_BREAK,
     default_mix,
@@ -12,7 +13,8 @@ from webhook.core.placement.fragmentation import (
     free_milli,
     node_fragmentation,
 )
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, place
 
 
 def node(gpus: int = 2, model: str = "T4", card: int = 16000, cpu: int = 64000, memory: int = 262144) -> Node:

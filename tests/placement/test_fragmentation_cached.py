@@ -11,6 +11,7 @@ import pytest
 
 import webhook.core.placement.fragmentation as fragmentation
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
     FILLED,
     MILLI,
@@ -24,7 +25,8 @@ from webhook.core.placement.fragmentation import (
     node_states,
     states_delta,
 )
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, place
 
 CARD = 16000
 MODELS = ("A10", "T4", "V100M32")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import fragmentation_delta, node_states, states_delta
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, place
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import place
 
 CARD = 16000
 

@@ -19,9 +19,9 @@ from webhook.commands.simulate import parse_mix
 from webhook.core.admission import admit
 from webhook.core.domain.model import Allocation, TopologyClass
 from webhook.core.domain.shapes import EMPTY, shape_of, slice_milli
+from webhook.core.placement.context import WorkloadShape
 from webhook.core.placement.fragmentation import default_mix
 from webhook.core.placement.mixlearn import Histogram, hosts_of, learned_mix, mix_in_use, mix_of, request_shape
-from webhook.core.placement.place import WorkloadShape
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy, PolicyError, parse_policy
 from webhook.errors import UserError

@@ -13,9 +13,11 @@ from builders import A100, H100, L4, node, pod, snapshot
 from webhook.cluster.translate import build_snapshot
 from webhook.core.admission import admit
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Taint
+from webhook.core.placement.context import PlacementContext
 from webhook.core.placement.nodeconstraints import CORDON, Requirement, Term, Toleration, constraints_of
+from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.nodereach import Subset
-from webhook.core.placement.place import NodeIndex, PlacementContext, constraints_for, place
+from webhook.core.placement.place import constraints_for, place
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import NamespaceRule, Policy
 

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from webhook.core.admission import admit
 from webhook.core.domain.model import Node, Taint
-from webhook.core.placement.place import NodeIndex, PlacementContext, commit, constraints_for, place
+from webhook.core.placement.context import PlacementContext
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, constraints_for, place
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import NamespaceRule, Policy
 

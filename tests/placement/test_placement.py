@@ -9,8 +9,10 @@ from gpu_nodes import A100, dgx, paired, pcie_box, request
 
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, PodRequest, Snapshot, TopologyClass
 from webhook.core.domain.model import TopologyPreference as Topo
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import default_mix, fragmentation_delta
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, place
 from webhook.core.placement.state import index_of
 
 H100_CARD = 81559

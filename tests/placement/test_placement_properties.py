@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from webhook.core.domain.model import Node, NodeUsage, PodRequest
 from webhook.core.domain.model import TopologyPreference as Topo
-from webhook.core.placement.place import POLICIES, NodeIndex, PlacementContext, commit, place
+from webhook.core.placement.context import POLICIES, PlacementContext
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, place
 
 KINDS = {"dgx": dgx, "paired": paired, "t4": pcie_box}
 

@@ -7,7 +7,8 @@ import dataclasses
 from gpu_nodes import dgx, request
 
 from webhook.core.domain.model import Allocation, GpuUsage, NodeUsage, Snapshot, TopologyClass
-from webhook.core.placement.place import PlacementContext, place
+from webhook.core.placement.context import PlacementContext
+from webhook.core.placement.place import place
 from webhook.core.placement.state import carry_index, index_of, with_allocation, with_usage
 
 CARD = 81559

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.core.domain.model import TopologyClass
-from webhook.core.placement.place import DEFAULT_LOSS
+from webhook.core.placement.context import DEFAULT_LOSS
 from webhook.core.placement.topology import (
     LinkGraph,
     best_gpu_set,

@@ -9,7 +9,7 @@ import pytest
 
 import webhook.simulate.replay as replay_module
 from webhook.core.domain.model import GpuUsage, NodeUsage
-from webhook.core.placement.place import POLICIES
+from webhook.core.placement.context import POLICIES
 from webhook.simulate.replay import InvariantError, Run, capacity_milli, empty_usage, overcommitted, replay, workload
 from webhook.simulate.trace import TracePod, make_node
 

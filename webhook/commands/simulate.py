@@ -95,7 +95,7 @@ def parse_policies(names: list[str] | None) -> list[str]:
 
 def parse_mix(text: str) -> Mix:
     """--mix: learn | default | a policy file, whose workloadMix (a list, learn or default) is used."""
-    from webhook.core.placement.place import WorkloadShape
+    from webhook.core.placement.context import WorkloadShape
     from webhook.policyfile.read import load_policy
 
     if text in ("learn", "default"):

@@ -17,9 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import forget
 from webhook.core.placement.mixlearn import Histogram, hosts_of, mix_of, request_shape
-from webhook.core.placement.place import NodeIndex, PlacementContext, WorkloadShape, commit, place
+from webhook.core.placement.nodeindex import NodeIndex
+from webhook.core.placement.place import commit, place
 
 from .trace import TracePod, to_request
 

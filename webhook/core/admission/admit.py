@@ -23,8 +23,9 @@ from webhook.core.domain.model import (
     TopologyPreference,
 )
 from webhook.core.placement import group_place, mig
+from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
-from webhook.core.placement.place import PlacementContext, WorkloadShape, place
+from webhook.core.placement.place import place
 from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings

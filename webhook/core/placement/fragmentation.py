@@ -28,12 +28,10 @@ from __future__ import annotations
 from array import array
 from functools import lru_cache
 from operator import mul
-from typing import TYPE_CHECKING
 
 from webhook.core.domain.model import Node, NodeUsage
 
-if TYPE_CHECKING:
-    from .place import WorkloadShape
+from .context import WorkloadShape
 
 MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
@@ -166,7 +164,6 @@ def forget() -> None:
 
 def default_mix() -> tuple[WorkloadShape, ...]:
     """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
-    from .place import WorkloadShape
 
     return (
         WorkloadShape(gpus=1, milli=250, weight=2.0),

@@ -30,9 +30,10 @@ from webhook.core.domain.model import Placement, PodRequest, Snapshot
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import GROUP_MODES, Policy
 
+from .context import PlacementContext
 from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of, names_no_group
 from .nodeindex import LEVELS, NodeClass, NodeIndex, State, Statics
-from .place import PlacementContext, place
+from .place import place
 from .state import index_of
 
 DEFAULT_SCHEDULERS = ("", "default-scheduler")

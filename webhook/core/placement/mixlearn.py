@@ -18,16 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-from webhook.core.domain.model import Node, PodRequest
+from webhook.core.domain.model import Node, PodRequest, Snapshot
 from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape, shape_of, slice_milli
+from webhook.core.policy.model import Policy
 
-if TYPE_CHECKING:
-    from webhook.core.domain.model import Snapshot
-    from webhook.core.policy.model import Policy
-
-    from .place import WorkloadShape
+from .context import WorkloadShape
+from .fragmentation import default_mix
 
 # A node as far as hosting goes, with how many such nodes: ((model, healthy GPUs, CPU, memory), count).
 Hosts = tuple[tuple[tuple[str, int, int, int], int], ...]
@@ -159,7 +156,6 @@ RARE = 1 / 32  # shares under this move in steps of two halvings
 def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
     """The mix of a quantised histogram (each step's geometric middle as the weight); empty: nothing
     learned yet (the policy then uses the default mix)."""
-    from .place import WorkloadShape
 
     merged: dict[Shape, float] = {}
     for shape, step in quantised:
@@ -221,8 +217,6 @@ def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[W
 def mix_in_use(policy: Policy, snapshot: Snapshot) -> tuple[str, tuple[WorkloadShape, ...]]:
     """The fragmentation policy's mix for this policy and snapshot, weights summing to 1, and where it
     comes from: "learned", "fixed" (the policy's list), or "default" (asked for, or nothing learned yet)."""
-    from .fragmentation import default_mix
-    from .place import WorkloadShape
 
     if policy.workload_mix_source == "fixed":
         source, mix = "fixed", tuple(WorkloadShape(e.gpus, e.milli, e.weight) for e in policy.workload_mix)

@@ -10,12 +10,12 @@ thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
 from webhook.core.podspec.vendors import VENDORS
 
+from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
 from .nodeindex import NodeIndex, Shape, taken
@@ -24,66 +24,12 @@ from .ranking import best_options, random_options
 from .scoring import Candidate, score_all
 from .topology import expected_loss
 
-__all__ = [
-    "DEFAULT_LOSS",
-    "POLICIES",
-    "NodeIndex",
-    "PlacementContext",
-    "Scorer",
-    "WorkloadShape",
-    "commit",
-    "constraints_for",
-    "place",
-]
-
-# A custom scorer: (request, node, node usage, candidate option) -> score, higher is better.
-Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
-
-DEFAULT_LOSS: Mapping[TopologyClass, float] = {
-    TopologyClass.SINGLE: 0.0,
-    TopologyClass.NVLINK: 0.03,
-    TopologyClass.MIXED: 0.20,
-    TopologyClass.PCIE: 0.375,
-}
-
 _ELIGIBLE_MEMO = 256
 _NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
-
-POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 
 # The toleration the mutation adds for the vendor's device taint (its count resource, as the device
 # plugins' taint convention; the first dialect of each vendor in the table).
 GPU_TAINT_KEYS: Mapping[str, str] = {v.vendor: v.count for v in reversed(VENDORS)}
-
-
-@dataclass(frozen=True)
-class WorkloadShape:
-    """One kind of pod in the workload mix: GPUs per pod and thousandths of a GPU each (1000 = whole)."""
-
-    gpus: int
-    milli: int
-    weight: float = 1.0
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    models: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PlacementContext:
-    """How to place: the policy and its knobs. Built by admit from the policy file and the pod."""
-
-    policy: str | Mapping[str, float] = "binpack"  # a name, or weights over names
-    gpu_policy: str = "binpack"  # inside a node, for shared requests: binpack | spread
-    topology_loss: Mapping[TopologyClass, float] = field(default_factory=lambda: dict(DEFAULT_LOSS))
-    limit: int = 5  # how many options to return
-    workload_mix: tuple[WorkloadShape, ...] = ()  # empty: the policy learns or assumes a default
-    scorers: Mapping[str, Scorer] = field(default_factory=dict)
-    seed: int = 0  # for the random policy
-    allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
-    tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
-    # The constraints of pods that state none of their own, per vendor (one value per context).
-    plain: dict[str, tuple[tuple[Toleration, ...], NodeConstraints]] = field(default_factory=dict, compare=False,
-                                                                              repr=False)
 
 
 def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:

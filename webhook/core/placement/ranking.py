@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_right
-from typing import TYPE_CHECKING
 
 from webhook.core.domain.model import Option
 
+from .context import PlacementContext
 from .nodereach import ShapeReach
 from .scoring import Candidate, option_of
-
-if TYPE_CHECKING:
-    from .place import PlacementContext
 
 
 def best_options(cands: list[Candidate], topology_first: bool, ctx: PlacementContext,

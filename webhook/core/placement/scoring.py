@@ -10,15 +10,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest
 
+from .context import PlacementContext
 from .fitting import MEMO_LIMIT, Choice, Demand, Fit
+from .fragmentation import MILLI, TIE_BREAK, compiled_mix, default_mix, expected, measured, node_state, node_states
 from .nodeindex import State, taken
-
-if TYPE_CHECKING:
-    from .place import PlacementContext
 
 
 @dataclass(slots=True)
@@ -157,7 +156,6 @@ def _fragmentation_scores(
 
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
-    from .fragmentation import MILLI, TIE_BREAK, compiled_mix, default_mix, expected
 
     mix = ctx.workload_mix or default_mix()
     placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
@@ -206,7 +204,6 @@ def _options(state: State, node: Node, alternatives: list[Choice], demand: Deman
     """The node's state before (`fragmentation.Measured`), and each alternative with the state after it.
     The free cards after taking some GPUs do not depend on the pod's CPU and memory: kept per class and
     GPUs taken, so that pods of one share but other CPU and memory only subtract those."""
-    from .fragmentation import measured, node_state, node_states
 
     memo = state.memo
     if len(memo) >= MEMO_LIMIT:

@@ -1,0 +1,53 @@
+"""How to place: the policy, its knobs and the workload mix, as every placement module reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest, TopologyClass
+
+from .nodeconstraints import NodeConstraints, Toleration
+
+POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+
+# A custom scorer: (request, node, node usage, candidate option) -> score, higher is better.
+Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
+
+DEFAULT_LOSS: Mapping[TopologyClass, float] = {
+    TopologyClass.SINGLE: 0.0,
+    TopologyClass.NVLINK: 0.03,
+    TopologyClass.MIXED: 0.20,
+    TopologyClass.PCIE: 0.375,
+}
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """One kind of pod in the workload mix: GPUs per pod and thousandths of a GPU each (1000 = whole)."""
+
+    gpus: int
+    milli: int
+    weight: float = 1.0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlacementContext:
+    """How to place: the policy and its knobs. Built by admit from the policy file and the pod."""
+
+    policy: str | Mapping[str, float] = "binpack"  # a name, or weights over names
+    gpu_policy: str = "binpack"  # inside a node, for shared requests: binpack | spread
+    topology_loss: Mapping[TopologyClass, float] = field(default_factory=lambda: dict(DEFAULT_LOSS))
+    limit: int = 5  # how many options to return
+    workload_mix: tuple[WorkloadShape, ...] = ()  # empty: the policy learns or assumes a default
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)
+    seed: int = 0  # for the random policy
+    allowed_models: tuple[str, ...] = ()  # the namespace's allowedModels (substrings); empty: any
+    tolerations: tuple[Mapping[str, Any], ...] = ()  # the policy's, which the mutation adds to the pod
+    # The constraints of pods that state none of their own, per vendor (one value per context).
+    plain: dict[str, tuple[tuple[Toleration, ...], NodeConstraints]] = field(default_factory=dict, compare=False,
+                                                                              repr=False)

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from webhook.cluster.cache import ClusterCache  # noqa: E402
 from webhook.cluster.source import LiveSource  # noqa: E402
 from webhook.cluster.translate import build_snapshot  # noqa: E402
-from webhook.core.domain.model import Allocation, Decision, TopologyClass  # noqa: E402
+from webhook.core.domain.decision import Decision  # noqa: E402
+from webhook.core.domain.model import Allocation, TopologyClass
 from webhook.core.placement.state import index_of  # noqa: E402
 
 MODEL, CARD = "NVIDIA-H100-80GB-HBM3", 81559

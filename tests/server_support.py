@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.core.domain.model import Decision
+from webhook.core.domain.decision import Decision
 from webhook.server.admission import AdmissionCore
 from webhook.server.metrics import AdmissionMetrics
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from webhook.core.admission.inventory_guard import check_inventory_write
-from webhook.core.domain.model import Decision, Gpu
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Gpu
 from webhook.core.podspec.inventory import InventoryError, inventory_from_json
 
 SPEC: dict[str, Any] = {

@@ -21,7 +21,8 @@ from webhook.cluster.group_ledger import (
 )
 from webhook.cluster.reservations import ApiStore, Ledger
 from webhook.cluster.source import LiveSource
-from webhook.core.domain.model import Allocation, Decision, Snapshot, TopologyClass
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
 from webhook.core.placement.groups import GroupRecord, GroupRef
 
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -15,7 +15,8 @@ from kubernetes.client.exceptions import ApiException
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import ApiStore, InProcessStore, Ledger, Reservation
 from webhook.cluster.source import LiveSource, with_reservations
-from webhook.core.domain.model import Allocation, Decision, GpuUsage, NodeUsage, Snapshot, TopologyClass, Usage
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation, GpuUsage, NodeUsage, Snapshot, TopologyClass, Usage
 from webhook.core.placement.state import with_allocation
 from webhook.core.policy.model import Policy
 

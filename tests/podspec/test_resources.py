@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.domain.model import ContainerRequest, GpuRequest, TopologyPreference, Violation
+from webhook.core.domain.model import ContainerRequest, GpuRequest, TopologyPreference
+from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.quantity import (
     SUFFIXES,
     QuantityError,
@@ -360,13 +361,13 @@ def test_unknown_resources() -> None:
 )
 def test_malformed_values_are_422(limits: dict[str, Any], rule: str, message: str) -> None:
     request = parse_pod(pod(ctr(limits=limits)))
-    assert request.violations == (Violation(rule, 422, message),)
+    assert request.violations == (Refusal(rule, 422, message),)
 
 
 def test_vendors_mixed_across_containers() -> None:
     request = parse_pod(pod(ctr("a", limits={"nvidia.com/gpu": 1}), ctr("b", limits={"hygon.com/dcunum": 1})))
     assert request.violations == (
-        Violation("mixed-vendors", 422, "the pod asks for hygon and nvidia devices; use one vendor per pod"),
+        Refusal("mixed-vendors", 422, "the pod asks for hygon and nvidia devices; use one vendor per pod"),
     )
     assert request.vendor == ""
 
@@ -409,7 +410,7 @@ def test_parse_pod_never_raises(data: Any) -> None:
 
 def test_not_a_pod() -> None:
     request = parse_pod({"metadata": {"name": "x"}, "spec": {"containers": "oops"}})
-    assert request.violations == (Violation("invalid-pod", 422, "spec.containers: a pod needs at least one container"),)
+    assert request.violations == (Refusal("invalid-pod", 422, "spec.containers: a pod needs at least one container"),)
 
 
 # --- annotations ------------------------------------------------------------------------------
@@ -481,7 +482,7 @@ def test_hygon_type_annotation() -> None:
 )
 def test_bad_own_annotations_are_422(annotations: dict[str, str], message: str) -> None:
     request = parse_pod(pod(ctr(limits={"nvidia.com/gpu": 1}), annotations=annotations))
-    assert request.violations == (Violation("invalid-annotation", 422, message),)
+    assert request.violations == (Refusal("invalid-annotation", 422, message),)
 
 
 def test_kai_annotations() -> None:
@@ -529,7 +530,7 @@ def test_bad_kai_annotations(
     annotations: dict[str, str], limits: dict[str, Any] | None, rule: str, message: str
 ) -> None:
     request = parse_pod(pod(ctr(limits=limits), annotations=annotations))
-    assert request.violations == (Violation(rule, 422, message),)
+    assert request.violations == (Refusal(rule, 422, message),)
 
 
 def test_identity_fields() -> None:
@@ -571,7 +572,7 @@ ENV_MESSAGE = (
 def test_bypass_variables_make_a_gpu_pod_and_are_403(name: str) -> None:
     request = parse_pod(pod(ctr(env={name: "all"})))
     assert request.is_gpu_pod
-    assert request.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format(name)),)
+    assert request.violations == (Refusal("isolation-env", 403, ENV_MESSAGE.format(name)),)
 
 
 @pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "PATH"])
@@ -594,12 +595,12 @@ def test_ld_preload_and_privileged_only_matter_in_gpu_pods() -> None:
         )
     )
     assert gpu.violations == (
-        Violation(
+        Refusal(
             "isolation-env",
             403,
             "container 'main' sets LD_PRELOAD, which can unload the GPU limit library; remove it from a GPU pod",
         ),
-        Violation(
+        Refusal(
             "isolation-privileged",
             403,
             "container 'main' is privileged, which exposes every GPU of the node; "
@@ -623,7 +624,7 @@ def test_device_host_paths(path: str, denied: bool) -> None:
     request = parse_pod(pod(ctr(), volumes=[{"name": "d", "hostPath": {"path": path}}]))
     assert request.is_gpu_pod is denied
     expected = (
-        Violation(
+        Refusal(
             "isolation-hostpath",
             403,
             f"volume hostPath {path} exposes the node's GPU devices; remove it and ask for GPUs in resources.limits",
@@ -641,7 +642,7 @@ def test_our_own_limit_variables_are_not_a_bypass() -> None:
     container = ctr(limits={"nvidia.com/gpu": 1}, env=env)
     assert limit_env_of(container) == {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "30"}
     mutated = parse_pod(pod(container, annotations={"gpu-admission.io/allocation": "{}"}))
-    assert mutated.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format("NVIDIA_VISIBLE_DEVICES")),)
+    assert mutated.violations == (Refusal("isolation-env", 403, ENV_MESSAGE.format("NVIDIA_VISIBLE_DEVICES")),)
     unmutated = parse_pod(pod(container))
     assert [v.message for v in unmutated.violations] == [ENV_MESSAGE.format(n) for n in env]
 
@@ -651,7 +652,7 @@ def test_value_from_is_not_exempt() -> None:
     container["env"] = [{"name": "CUDA_DEVICE_SM_LIMIT", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
     assert limit_env_of(container) == {}
     request = parse_pod(pod(container, annotations={"gpu-admission.io/allocation": "{}"}))
-    assert request.violations == (Violation("isolation-env", 403, ENV_MESSAGE.format("CUDA_DEVICE_SM_LIMIT")),)
+    assert request.violations == (Refusal("isolation-env", 403, ENV_MESSAGE.format("CUDA_DEVICE_SM_LIMIT")),)
 
 
 def test_is_gpu_pod_fast_path() -> None:

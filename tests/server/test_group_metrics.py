@@ -11,7 +11,8 @@ from server_support import fake_core, gpu_pod_review, samples
 
 from tests.cluster.test_group_ledger import CLIQUE, H100, cliques_cache, placed, ref
 from webhook.cluster.source import LiveSource
-from webhook.core.domain.model import Allocation, Decision, Snapshot, TopologyClass
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
 from webhook.core.placement.groups import group_of
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder

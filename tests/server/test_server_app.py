@@ -14,7 +14,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from server_support import fake_core, gpu_pod_review
 
-from webhook.core.domain.model import Allocation, Decision, Snapshot, TopologyClass
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
 from webhook.policyfile.holder import PolicyHolder
 from webhook.server.admission import AdmissionCore
 from webhook.server.app import ServerConfig, create_app

@@ -54,7 +54,8 @@ def test_quota_and_gpu_gauges() -> None:
 
 
 def test_reservations_show_in_the_gauges() -> None:
-    from webhook.core.domain.model import Allocation, Decision, TopologyClass
+    from webhook.core.domain.decision import Decision
+    from webhook.core.domain.model import Allocation, TopologyClass
 
     source = StaticSource(cluster())
     allocation = Allocation(

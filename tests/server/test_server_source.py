@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from webhook.core.domain.model import Allocation, Decision, QuotaLimits, Snapshot, TopologyClass, Usage
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation, QuotaLimits, Snapshot, TopologyClass, Usage
 from webhook.server.source import SnapshotSource, StaticSource
 
 

@@ -9,7 +9,8 @@ import logging
 import pytest
 from server_support import fake_core, gpu_pod_review
 
-from webhook.core.domain.model import Decision, Snapshot
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Snapshot
 from webhook.core.podspec import workload
 from webhook.policyfile.holder import PolicyHolder
 from webhook.server.app import ServerConfig, create_app

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from webhook.core.admission.isolation import NO_POD_READS, Reads
-from webhook.core.domain.model import Allocation, Decision
+from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Allocation
 from webhook.core.podspec.record import allocation_from_json, allocation_to_json
 
 from .watch import status_code

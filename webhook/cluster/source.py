@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.admission.isolation import env_reads, with_env_reads
-from webhook.core.domain.model import Decision, NodeUsage, Snapshot, Usage
+from webhook.core.domain.decision import Decision, denied
+from webhook.core.domain.model import NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
 from webhook.core.placement.group_room import GroupOutcomes, has_domains
 from webhook.core.placement.groups import GroupRef
@@ -184,7 +185,7 @@ class LiveSource:
             # Inside the reservation's transaction: refused here, the pod reserves nothing either.
             outcome = self.groups.commit(group, allocation, uid, free=free)
             if isinstance(outcome, str):
-                return Decision(False, 403, refusal_message(group, outcome), REFUSAL_REASON, decision.warnings)
+                return denied(403, REFUSAL_REASON, refusal_message(group, outcome), warnings=decision.warnings)
             joined.append(outcome.key)
             if weighed:  # the record has only this pod: it was just made (or made by this pod's retry)
                 weighed[-1] = (*weighed[-1][:2], outcome.members == (uid,))
@@ -204,12 +205,8 @@ class LiveSource:
             if joined:
                 self._forget(joined[-1], uid)
             log.error("admission of pod %s in %s not recorded: %s", uid, namespace, error)
-            return Decision(
-                False,
-                503,
-                f"GPU admission could not record the pod's reservation ({error}); retry",
-                reason="reservation-failed",
-            )
+            return denied(503, "reservation-failed",
+                          f"GPU admission could not record the pod's reservation ({error}); retry")
 
     # -- upkeep ---------------------------------------------------------------------------------
 
@@ -265,22 +262,13 @@ class LiveSource:
 
     def _refusal(self, policy: Policy) -> Decision | None:
         if not self.cache.synced():
-            return Decision(
-                False,
-                503,
-                "GPU admission is starting: the cluster state is not loaded yet; retry shortly",
-                reason="not-synced",
-            )
+            return denied(503, "not-synced",
+                          "GPU admission is starting: the cluster state is not loaded yet; retry shortly")
         silent = self.cache.silence()
         limit = policy.stale_after_seconds + policy.stale_grace_seconds
         if silent > limit and policy.on_stale == "deny":
-            return Decision(
-                False,
-                503,
-                f"GPU admission cannot check quotas: no word from the API server for "
-                f"{silent:.0f}s (limit {limit:.0f}s); retry later",
-                reason="stale",
-            )
+            return denied(503, "stale", f"GPU admission cannot check quotas: no word from the API server for "
+                f"{silent:.0f}s (limit {limit:.0f}s); retry later")
         return None
 
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.core.domain.decision import denied
+
 from .check_report import EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT, summary  # noqa: F401 - the module's API
 
 
@@ -250,7 +252,6 @@ def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot:
     next replica follows the domain; a refusal denies the pod as the ledger would (403)."""
     from dataclasses import replace
 
-    from webhook.core.domain.model import Decision
     from webhook.core.placement.group_room import domain_free, split_domain
     from webhook.core.placement.groups import commit, group_of
 
@@ -264,8 +265,8 @@ def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot:
     outcome = commit(snapshot.groups, ref, level, value, allocation.gpu_count, member,
                      free=domain_free(snapshot, allocation.domain))
     if isinstance(outcome, str):
-        return Decision(False, 403, f"{outcome}; the webhook refuses this pod until that group's pods are in",
-                        "group-domain-taken", decision.warnings), snapshot
+        return denied(403, "group-domain-taken", f"{outcome}; the webhook refuses this pod until that group's pods "
+                      "are in", warnings=decision.warnings), snapshot
     return decision, replace(snapshot, groups={**snapshot.groups, outcome.key: outcome})
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
-from webhook.core.domain.model import Decision
+from webhook.core.domain.decision import Decision, allowed
 from webhook.core.placement.group_place import placed_here
 from webhook.core.podspec.workload import describe as describe_workload
 from webhook.policyfile.holder import PolicyHolder
@@ -79,7 +79,7 @@ def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
     try:
         from webhook.core.admission.inventory_guard import check_inventory_write
     except ImportError:
-        return Decision(allowed=True, reason="inventory-guard-unavailable", gpu_pod=False)
+        return allowed("inventory-guard-unavailable", gpu_pod=False)
     return check_inventory_write(request)
 
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from webhook.core.admission.isolation import Reads, env_reads, with_env_reads
-from webhook.core.domain.model import Allocation, Decision, Snapshot
+from webhook.core.domain.decision import Decision, denied
+from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.placement.group_room import GroupOutcomes, domain_free, has_domains
 from webhook.core.placement.groups import GroupRecord, GroupRef
 from webhook.core.placement.groups import commit as commit_member
@@ -136,8 +137,9 @@ class StaticSource:
                 outcome = commit_member(self._groups, group, level, value, allocation.gpu_count, uid, free=room)
                 if isinstance(outcome, str):
                     self.outcomes.count("waiting", group.key)
-                    return Decision(False, 403, f"{outcome}; not admitted: its controller creates it again",
-                                    "group-domain-taken", decision.warnings)
+                    return denied(403, "group-domain-taken",
+                                  f"{outcome}; not admitted: its controller creates it again",
+                                  warnings=decision.warnings)
                 self._groups[outcome.key] = outcome
                 self.outcomes.placed(group.key, allocation.domain, room, (group.size or group.minimum)
                                      * allocation.gpu_count, outcome.members == (uid,))

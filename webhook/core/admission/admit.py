@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from webhook.core.domain.decision import Decision, allowed, denied, patched, refused
 from webhook.core.domain.model import (
     Allocation,
-    Decision,
     Node,
     Option,
     Placement,
@@ -22,6 +22,7 @@ from webhook.core.domain.model import (
     TopologyClass,
     TopologyPreference,
 )
+from webhook.core.domain.refusal import Refusal
 from webhook.core.placement import group_place, mig
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
@@ -55,15 +56,6 @@ MAX_WARNING = 119
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def _allow(reason: str, message: str = "", *, managed: bool = True, gpu_pod: bool = True,
-           warnings: tuple[str, ...] = ()) -> Decision:
-    return Decision(True, 200, message, reason, warnings, (), None, managed, gpu_pod)
-
-
-def _deny(code: int, reason: str, message: str, warnings: tuple[str, ...] = ()) -> Decision:
-    return Decision(False, code, message, reason, warnings, (), None, True, True)
 
 
 def _warn(text: str) -> str:
@@ -251,51 +243,51 @@ def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespac
         why, sealed, pod = sealed, None, trust.without_record(pod)
         request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
         if validating and request.is_gpu_pod and request.gpus > 0 and is_managed(request.namespace, snapshot, policy):
-            return request, _deny(403, "annotation-not-sealed",
+            return request, denied(403, "annotation-not-sealed",
                                   f"the pod's {ANNOTATION} annotation is not this webhook's: {why}; remove it and "
                                   "resubmit (the mutating webhook writes it)"), None
     if not request.is_gpu_pod:
         # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
         warned = tuple(_warn(w) for w in request.warnings)
-        return request, _allow("not-gpu-pod", gpu_pod=False, warnings=warned), None
+        return request, allowed("not-gpu-pod", gpu_pod=False, warnings=warned), None
     if not is_managed(request.namespace, snapshot, policy):
-        return request, _allow("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
+        return request, allowed("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
     request = isolation.screen_gpu(pod, request, snapshot, policy)  # envFrom
     if request.violations:
         first = request.violations[0]
-        return request, _deny(first.code, first.rule, _violations_message(request)), None
+        return request, denied(first.code, first.rule, _violations_message(request)), None
     if request.gpus <= 0:
         # Names a GPU resource but asks for none of it (`nvidia.com/gpu: 0`): the device plugin gives it
         # no device, so there is nothing to limit or place; the isolation rules above still applied.
-        return request, _allow("no-gpu-requested", "asks for 0 GPUs: unchanged"), None
+        return request, allowed("no-gpu-requested", "asks for 0 GPUs: unchanged"), None
     if request.node_name:
-        return request, _deny(403, "node-name-set",
+        return request, denied(403, "node-name-set",
                               f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "
                               "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
     recorded = sealed.allocation if sealed is not None else None
     if recorded is not None:
         if (recorded.gpu_count != request.gpus or recorded.vendor != request.vendor
                 or recorded.mig != request.mig):
-            return request, _deny(403, "annotation-mismatch",
+            return request, denied(403, "annotation-mismatch",
                                   f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
                                   f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
                                   "changed it; remove the annotation and resubmit"), None
         changed = _kept_mismatch(request, recorded)
         if changed:
-            return request, _deny(403, "annotation-mismatch",
+            return request, denied(403, "annotation-mismatch",
                                   f"pod carries {changed} next to its {ANNOTATION}: another "
                                   "webhook or the user changed it; remove the annotation and resubmit"), None
         # The annotation is where the first pass moved memory and compute; it is the request now.
         request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
         mismatch = _env_mismatch(request, recorded, _backend(request, policy))
         if mismatch:
-            return request, _deny(403, "isolation-env", mismatch), sealed
+            return request, denied(403, "isolation-env", mismatch), sealed
     if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
         denial = check_policy(request.evolve(memory_mib=None, memory_pct=None, cores=100), policy)
     else:
         denial = check_policy(request, policy)
     if denial:
-        return request, _deny(denial.code, denial.rule, denial.message), sealed
+        return request, refused(denial), sealed
     return request, None, sealed
 
 
@@ -308,19 +300,19 @@ def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_
         if warnings is not None:
             warnings.extend(_warn(n) for n in notes)
         if not placement.eligible and group.required:
-            return _deny(422, "group-domain", f"group {group.ref.key} lives in {group.domain}, where no node "
+            return denied(422, "group-domain", f"group {group.ref.key} lives in {group.domain}, where no node "
                                               f"can ever host this pod ({request.gpus} GPU(s))"), placement
     if not placement.eligible:
         denial = check_satisfiable(request, snapshot, policy)
-        return _deny(denial.code, denial.rule, denial.message), placement
+        return refused(denial), placement
     return None, placement
 
 
 def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
            warnings: list[str]) -> Decision | None:
     result = check_quota(request.namespace, allocation.usage(), snapshot)
-    if result.exceeded:
-        return _deny(403, "quota-exceeded", result.exceeded)
+    if result.refusal:
+        return refused(result.refusal)
     if result.warnings:
         warnings.extend(_warn(w) for w in result.warnings)
     return None
@@ -337,7 +329,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     pod already carries keeps its own). Idempotent: an already-mutated pod gets no operations."""
     malformed = shape_error(pod)
     if malformed:
-        return _deny(422, "invalid-pod", malformed)
+        return denied(422, "invalid-pod", malformed)
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
@@ -357,13 +349,13 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     elif recorded is None and request.mig:  # MIG devices: nodes offering the profile; the scheduler picks
         eligible, planned = mig.plan(request, snapshot, policy)
         if isinstance(planned, str):
-            return _deny(422, "no-such-mig", planned, tuple(warnings))
+            return denied(422, "no-such-mig", planned, warnings=tuple(warnings))
         allocation, placement = planned, Placement(eligible, ())
     elif recorded is None:
         planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot),
                                          policy.when_full)
-        if isinstance(planned_group, group_place.Refusal):
-            return _deny(planned_group.code, planned_group.reason, planned_group.message, tuple(warnings))
+        if isinstance(planned_group, Refusal):
+            return refused(planned_group, warnings=tuple(warnings))
         group = planned_group
         if group is not None:
             warnings += [_warn(w) for w in group.warnings]
@@ -379,9 +371,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
         if placement.best is None:
             if policy.when_full == "deny":
-                return _deny(403, "cluster-full",
+                return denied(403, "cluster-full",
                              f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
-                             "when capacity frees up); retry later", tuple(warnings))
+                             "when capacity frees up); retry later", warnings=tuple(warnings))
             warnings.append(_warn(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible node(s)"))
         if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
             allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
@@ -405,7 +397,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
                  group_preferred, sealed.nonce if sealed is not None else nonce)
     message = f"node {allocation.node}" if allocation.node else (
         f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
-    return Decision(True, 200, message, "admitted", tuple(warnings), tuple(ops), allocation, True, True)
+    return patched(tuple(ops), allocation, message, warnings=tuple(warnings))
 
 
 def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
@@ -415,24 +407,24 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     a patch."""
     malformed = shape_error(pod)
     if malformed:
-        return _deny(422, "invalid-pod", malformed)
+        return denied(422, "invalid-pod", malformed)
     request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
     if sealed is None:
-        return _deny(403, "not-mutated",
+        return denied(403, "not-mutated",
                      f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
                      "it (it may be unavailable); retry the create")
     recorded = sealed.allocation
     if (sealed.required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
             and trust.affinity_lacks(request.raw, sealed.required)):
-        return _deny(403, "affinity-changed",
+        return denied(403, "affinity-changed",
                      f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
             and trust.affinity_lacks(request.raw, sealed.group_required)):
-        return _deny(403, "affinity-changed",
+        return denied(403, "affinity-changed",
                      f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
                      f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
                      f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
@@ -440,13 +432,13 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
                or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
-        return _deny(403, "limits-missing", missing)
+        return denied(403, "limits-missing", missing)
     warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
     denial = _quota(request, recorded, snapshot, warnings)
     if denial:
         return replace(denial, warnings=tuple(warnings))
-    return Decision(True, 200, f"node {recorded.node}" if recorded.node else "admitted", "admitted",
-                    tuple(warnings), (), recorded, True, True)
+    return allowed("admitted", f"node {recorded.node}" if recorded.node else "admitted", warnings=tuple(warnings),
+                   allocation=recorded)
 
 
 def _backend(request: PodRequest, policy: Policy) -> str:

@@ -21,17 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import (
-    Allocation,
-    Claim,
-    DeviceAsk,
-    Node,
-    PodRequest,
-    Snapshot,
-    TopologyClass,
-    Usage,
-    Violation,
-)
+from webhook.core.domain.model import Allocation, Claim, DeviceAsk, Node, PodRequest, Snapshot, TopologyClass, Usage
+from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
 from webhook.core.podspec.vendors import MAX_GPUS, is_gpu_pod, list_of, looks_like_gpu, mapping_of
 from webhook.core.policy.model import DRA_DEVICE_CLASSES, Policy
@@ -143,11 +134,11 @@ class Tally:
         self.gpus = 0
         self.memory_mib = 0  # the largest per-GPU memory a profile selector pins (0: whole cards)
         self.models: list[str] = []
-        self.violations: list[Violation] = []
+        self.violations: list[Refusal] = []
 
     def deny(self, rule: str, code: int, message: str) -> None:
         if all(v.message != message for v in self.violations):
-            self.violations.append(Violation(rule, code, message))
+            self.violations.append(Refusal(rule, code, message))
 
 
 def count_claim(claim: Claim, where: str, namespace: str, policy: Policy, tally: Tally) -> None:
@@ -286,7 +277,7 @@ def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodR
         return request
     violations = list(request.violations) + tally.violations
     if gpus and request.gpus:
-        violations.append(Violation("mixed-gpu-sources", 422,
+        violations.append(Refusal("mixed-gpu-sources", 422,
                                     f"asks for {request.gpus} GPU(s) in resources and {gpus} through DRA; "
                                     "ask for GPUs one way per pod"))
     return request.evolve(

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import Decision, Snapshot
+from webhook.core.domain.decision import Decision, allowed, denied
+from webhook.core.domain.model import Snapshot
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import Policy
 
@@ -20,7 +21,7 @@ from .dra import CLAIM_KINDS, Tally, count_claim, read_claim
 
 
 def _deny(code: int, reason: str, message: str) -> Decision:
-    return Decision(False, code, message, reason, gpu_pod=False)
+    return denied(code, reason, message, gpu_pod=False)
 
 
 def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> Decision:
@@ -28,13 +29,13 @@ def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: P
     obj = mapping_of(request.get("object"))
     kind = str(obj.get("kind") or mapping_of(request.get("kind")).get("kind") or "")
     if kind not in CLAIM_KINDS:
-        return Decision(True, reason="not-a-claim", gpu_pod=False)
+        return allowed("not-a-claim", gpu_pod=False)
     namespace = str(request.get("namespace") or mapping_of(obj.get("metadata")).get("namespace") or "default")
     if not is_managed(namespace, snapshot, policy):
-        return Decision(True, reason="not-managed", managed=False, gpu_pod=False)
+        return allowed("not-managed", managed=False, gpu_pod=False)
     old = request.get("oldObject")
     if request.get("operation") == "UPDATE" and isinstance(old, Mapping) and old.get("spec") == obj.get("spec"):
-        return Decision(True, reason="spec-unchanged", gpu_pod=False)  # finalizers, labels: nothing to count
+        return allowed("spec-unchanged", gpu_pod=False)  # finalizers, labels: nothing to count
     try:
         claim = read_claim({**obj, "kind": kind, "metadata": {**mapping_of(obj.get("metadata")),
                                                               "namespace": namespace}})
@@ -46,7 +47,7 @@ def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: P
         first = tally.violations[0]
         return _deny(first.code, first.rule, "; ".join(v.message for v in tally.violations))
     if not tally.gpus:
-        return Decision(True, reason="no-gpu-requested", gpu_pod=False)
+        return allowed("no-gpu-requested", gpu_pod=False)
     limit = policy.rule(namespace).max_gpus_per_pod
     if limit is not None and tally.gpus > limit:
         return _deny(403, "max-gpus-per-pod",
@@ -57,5 +58,4 @@ def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: P
             return _deny(403, "quota-exceeded",
                          f"{kind} {claim.name} asks for {tally.gpus} GPUs, above ResourceQuota {namespace}/"
                          f"{quota.name} (requests.nvidia.com/gpu limit {quota.gpus}), so no pod could use it")
-    return Decision(True, message=f"{tally.gpus} GPU(s), counted when a pod uses it", reason="admitted",
-                    gpu_pod=False)
+    return allowed("admitted", f"{tally.gpus} GPU(s), counted when a pod uses it", gpu_pod=False)

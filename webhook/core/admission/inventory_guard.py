@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import Decision
+from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.podspec.inventory import InventoryError, check_inventory
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -112,8 +112,8 @@ def _object_name(request: Mapping[str, Any], obj: Any) -> str:
 
 
 def _allowed() -> Decision:
-    return Decision(allowed=True, gpu_pod=False)
+    return allowed(gpu_pod=False)
 
 
 def _denied(code: int, reason: str, message: str) -> Decision:
-    return Decision(allowed=False, code=code, reason=reason, message=message, gpu_pod=False)
+    return denied(code, reason, message, gpu_pod=False)

@@ -18,9 +18,12 @@ variable (env_pins.py), `deny` refuses, `warn` admits with a warning.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
-from webhook.core.domain.model import Allocation, Decision, EnvReader, PodRequest, Snapshot, Violation
+from webhook.core.domain.decision import Decision, allowed, denied, patched
+from webhook.core.domain.model import Allocation, EnvReader, PodRequest, Snapshot
+from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.limits import (
     GPU_POD_ONLY_ENV,
     ISOLATION_ENV,
@@ -86,10 +89,10 @@ def _label(key: str, index: int, container: Mapping[str, Any]) -> str:
 
 def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
              kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
-             ) -> tuple[list[Violation], list[Unresolved]]:
+             ) -> tuple[list[Refusal], list[Unresolved]]:
     """What the pod's envFrom sets that it must not (violations), and the sources the webhook cannot read
     (Secrets, ConfigMaps the snapshot does not hold) whose prefix could form an isolation variable."""
-    violations: list[Violation] = []
+    violations: list[Refusal] = []
     unresolved: list[Unresolved] = []
     known = snapshot.config_maps.get(namespace, {})
     for key, index, where, container in _containers(spec, kinds):
@@ -98,7 +101,7 @@ def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_po
             given = source.get("prefix")
             prefix = given if isinstance(given, str) else ""
             if prefix.startswith(ISOLATION_PREFIXES):
-                violations.append(Violation(
+                violations.append(Refusal(
                     "isolation-env", 403, f"{where} takes envFrom with prefix {prefix}, which names the GPU limit "
                     "layer's variables; use another prefix"))
                 continue
@@ -112,7 +115,7 @@ def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_po
                     unresolved.append(Unresolved(key, index, where, what, prefix))
                 continue
             for _, variable in refused_keys(prefix, known[name], gpu_pod):
-                violations.append(Violation(
+                violations.append(Refusal(
                     "isolation-env", 403, f"{where} takes {variable} from ConfigMap {name!r} through envFrom, "
                     f"which bypasses GPU isolation ({layer_of(variable)}); remove that key and ask for GPUs in "
                     "resources.limits"))
@@ -218,7 +221,7 @@ def with_env_reads(env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]
 
 
 def config_map_refusals(namespace: str, name: str, keys: Iterable[str], readers: Iterable[EnvReader]
-                        ) -> list[Violation]:
+                        ) -> list[Refusal]:
     """What a ConfigMap whose `data` has these keys would give the GPU pods that read it (`readers`, from
     `Snapshot.env_readers`) that their admission refuses (`refused_keys`, as `env_from` applies it)."""
     every = [k for k in keys if isinstance(k, str)]
@@ -236,7 +239,7 @@ def config_map_refusals(namespace: str, name: str, keys: Iterable[str], readers:
         first, pods = who[0], sum(r.pods for r in who)
         more = f" (and {pods - 1} more pod{'s' if pods > 2 else ''})" if pods > 1 else ""
         through = f"envFrom with prefix {first.prefix}" if first.prefix else "envFrom"
-        violations.append(Violation(
+        violations.append(Refusal(
             "isolation-env-configmap", 403,
             f"ConfigMap {name!r} key {key} would set {variable} ({layer_of(variable)}) in {first.where} of GPU pod "
             f"{namespace}/{first.pod}{more}, which reads it through {through}: the kubelet reads it again when the "
@@ -255,19 +258,19 @@ def config_map_write(request: Mapping[str, Any], snapshot: Snapshot, policy: Pol
     namespace = str(request.get("namespace") or metadata.get("namespace") or "default")
     name = str(metadata.get("name") or request.get("name") or "")
     if not is_managed(namespace, snapshot, policy):
-        return Decision(True, reason="not-managed", managed=False, gpu_pod=False)
+        return allowed("not-managed", managed=False, gpu_pod=False)
     data = obj.get("data")
     if data is not None and not isinstance(data, Mapping):
         return _deny(400, "invalid-config-map", f"ConfigMap {name!r}: data must be a mapping of keys to strings")
     old = request.get("oldObject")
     if request.get("operation") == "UPDATE" and isinstance(old, Mapping) and old.get("data") == data:
-        return Decision(True, reason="data-unchanged", gpu_pod=False)  # labels, annotations: env unchanged
+        return allowed("data-unchanged", gpu_pod=False)  # labels, annotations: env unchanged
     readers = snapshot.env_readers.get(namespace, {}).get(name, ())
     if not readers or not data:
-        return Decision(True, reason="no-gpu-reader" if not readers else "no-data", gpu_pod=False)
+        return allowed("no-gpu-reader" if not readers else "no-data", gpu_pod=False)
     refusals = config_map_refusals(namespace, name, data, readers)
     if not refusals:
-        return Decision(True, reason="config-map-checked", gpu_pod=False)
+        return allowed("config-map-checked", gpu_pod=False)
     shown = "; ".join(v.message for v in refusals[:MAX_REFUSALS])
     extra = len(refusals) - MAX_REFUSALS
     return _deny(403, "isolation-env-configmap", shown + (f"; and {extra} more such keys" if extra > 0 else ""))
@@ -347,11 +350,11 @@ def _warn(text: str) -> str:
 
 def _allow(reason: str, message: str = "", ops: list[dict[str, Any]] | None = None,
            warnings: tuple[str, ...] = ()) -> Decision:
-    return Decision(True, 200, message, reason, warnings, tuple(ops or ()), None, True, False)
+    return patched(tuple(ops or ()), None, message, reason, warnings=warnings, gpu_pod=False)
 
 
 def _deny(code: int, reason: str, message: str) -> Decision:
-    return Decision(False, code, message, reason, (), (), None, True, False)
+    return denied(code, reason, message, gpu_pod=False)
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -368,9 +371,10 @@ def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, s
     decision = screen_non_gpu(pod, request, snapshot, policy, mutating=mutating)
     if decision is None:
         return final
-    return decision if not final.warnings else Decision(
-        decision.allowed, decision.code, decision.message, decision.reason, (*final.warnings, *decision.warnings),
-        decision.patch, None, True, False)
+    if not final.warnings:
+        return decision
+    return replace(decision, warnings=(*final.warnings, *decision.warnings), allocation=None, managed=True,
+                   gpu_pod=False)
 
 
 def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy, *,
@@ -420,7 +424,7 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
     warnings = list(request.warnings)
     mode = policy.unresolved_env_from
     if unresolved and mode == "deny":
-        violations.append(Violation(
+        violations.append(Refusal(
             "isolation-env-from", 403,
             f"{unresolved[0].describe()} through envFrom, which the webhook cannot read (policy "
             "isolation.unresolvedEnvFrom: deny): use a ConfigMap it can see, a prefix no GPU variable starts "
@@ -434,7 +438,7 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
             variable = env_pins.device_variable(u.prefix)
             if ((u.key, u.at) in targets and variable is not None
                     and not env_pins.nodes_ignore_variable(request, snapshot, policy.tolerations)):
-                violations.append(Violation(
+                violations.append(Refusal(
                     "isolation-env-from", 403,
                     f"{u.describe()} through envFrom, which the webhook cannot read, and it could set {variable}, "
                     "which replaces the GPUs the device plugin gives that container: give the envFrom a prefix "
@@ -511,11 +515,11 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
 
     malformed = shape_error(pod)
     if malformed:
-        return Decision(False, 422, malformed, "invalid-pod", gpu_pod=False)
+        return denied(422, "invalid-pod", malformed, gpu_pod=False)
     metadata = mapping_of(pod.get("metadata"))
     namespace = namespace or str(metadata.get("namespace") or "default")
     if not is_managed(namespace, snapshot, policy):
-        return Decision(True, 200, f"namespace {namespace} is not managed", "not-managed", (), (), None, False, False)
+        return allowed("not-managed", f"namespace {namespace} is not managed", managed=False, gpu_pod=False)
     spec = mapping_of(pod.get("spec"))
     before = {str(mapping_of(c).get("name")) for c in list_of(mapping_of(mapping_of(old).get("spec"))
                                                               .get("ephemeralContainers"))}
@@ -527,19 +531,19 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
     node_name = spec.get("nodeName")
     node = snapshot.nodes.get(node_name) if isinstance(node_name, str) else None
     on_gpu_node = gpu_pod or node is None or bool(node.gpus)
-    problems: list[Violation] = []
+    problems: list[Refusal] = []
     for _, _, where, container in added:
         for entry in list_of(container.get("env")):
             name = mapping_of(entry).get("name")
             if is_bypass_entry(entry) or (name in GPU_POD_ONLY_ENV and gpu_pod):
-                problems.append(Violation("isolation-env", 403,
+                problems.append(Refusal("isolation-env", 403,
                                           f"{where} sets {name} itself, which bypasses GPU isolation; remove it"))
         resources = mapping_of(container.get("resources"))
         if any(isinstance(r, str) and is_gpu_resource(r) for part in resources.values() for r in mapping_of(part)):
-            problems.append(Violation("ephemeral-resources", 422,
+            problems.append(Refusal("ephemeral-resources", 422,
                                       f"{where} asks for GPUs; ephemeral containers cannot have resources"))
         if on_gpu_node and mapping_of(container.get("securityContext")).get("privileged") is True:
-            problems.append(Violation("isolation-privileged", 403,
+            problems.append(Refusal("isolation-privileged", 403,
                                       f"{where} is privileged on a GPU node, which exposes every GPU of the node; "
                                       "set securityContext.privileged: false"))
     found, unresolved = env_from({"ephemeralContainers": [c for _, _, _, c in added]}, namespace, snapshot,
@@ -548,7 +552,7 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
     # An ephemeral container never has a GPU: the NVIDIA_VISIBLE_DEVICES=void it gets is an explicit entry,
     # which wins over the source, so `neutralise` and `warn` admit it; `deny` refuses.
     if unresolved and policy.unresolved_env_from == "deny":
-        problems.append(Violation("isolation-env-from", 403,
+        problems.append(Refusal("isolation-env-from", 403,
                                   f"{unresolved[0].describe()} through envFrom, which the webhook cannot read "
                                   "(policy isolation.unresolvedEnvFrom: deny)"))
     if problems:

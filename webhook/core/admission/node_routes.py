@@ -16,7 +16,8 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import PodRequest, Snapshot, Violation
+from webhook.core.domain.model import PodRequest, Snapshot
+from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.vendors import list_of, mapping_of
 
 DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
@@ -104,7 +105,7 @@ def screen(request: PodRequest, snapshot: Snapshot) -> PodRequest:
     pod = request.raw
     mounts = device_list_mounts(pod)
     if mounts:
-        violation = Violation(
+        violation = Refusal(
             "isolation-device-mount", 403,
             f"{mounts[0]}, where the NVIDIA container toolkit reads the GPUs to give a container: remove "
             "that volume mount and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)")
@@ -113,7 +114,7 @@ def screen(request: PodRequest, snapshot: Snapshot) -> PodRequest:
         return request
     covered = limit_layer_mounts(pod)
     if covered:
-        violation = Violation(
+        violation = Refusal(
             "isolation-limit-mount", 403,
             f"{covered[0]}, which covers where the GPU limit layer is put into the container "
             f"({' and '.join(LIMIT_LAYER_PATHS)}): mount the volume elsewhere")

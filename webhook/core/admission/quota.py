@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.core.domain.model import QuotaLimits, Snapshot, Usage
+from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.vendor_quota import UNITS
 
 KEYS = (
@@ -19,8 +20,8 @@ NEAR_LIMIT = 0.9
 class QuotaCheck:
     """The outcome of checking one request against every quota of its namespace."""
 
-    exceeded: str | None  # the denial message, or None
-    warnings: tuple[str, ...] = ()
+    refusal: Refusal | None  # the first quota the request breaks, or None
+    warnings: tuple[str, ...] = ()  # quotas it brings near their limit
 
 
 _NOTHING_USED = Usage()
@@ -48,10 +49,11 @@ def check_quota(namespace: str, asked: Usage, snapshot: Snapshot) -> QuotaCheck:
                     f"ask for at most {room}{unit}" if room
                     else f"nothing is left: end other GPU pods in {namespace} or raise the quota"
                 )
-                return QuotaCheck(
+                return QuotaCheck(Refusal(
+                    "quota-exceeded", 403,
                     f"exceeds ResourceQuota {namespace}/{quota.name}: {key} used {now}{unit}, "
-                    f"asked {ask}{unit}, limit {limit}{unit}; {fix}"
-                )
+                    f"asked {ask}{unit}, limit {limit}{unit}; {fix}",
+                ))
             if ask and limit and now + ask >= NEAR_LIMIT * limit:
                 pct = round(100 * (now + ask) / limit)
                 warnings.append(f"{quota.name}: {key} at {pct}% of quota after this pod")
@@ -62,21 +64,3 @@ def _limits(quota: QuotaLimits) -> list[tuple[str, str, str, int | None]]:
     """(field, quota key, unit, limit) of every key the quota sets: NVIDIA's three, then the others."""
     found = [(attr, key, unit, getattr(quota, attr)) for attr, key, unit in KEYS]
     return found + [("keys", key, UNITS.get(key, ""), limit) for key, limit in quota.keys] if quota.keys else found
-
-
-def quota_rows(snapshot: Snapshot) -> list[tuple[str, str, int, int]]:
-    """(namespace, resource key, used, limit) for every quota key set: what /metrics exports."""
-    rows = []
-    for namespace, quotas in sorted(snapshot.quotas.items()):
-        used = snapshot.namespace_usage.get(namespace, _NOTHING_USED)
-        for quota in quotas:
-            rows.extend(_rows(namespace, quota, used))
-    return rows
-
-
-def _rows(namespace: str, quota: QuotaLimits, used: Usage) -> list[tuple[str, str, int, int]]:
-    return [
-        (namespace, key, used.key(key) if attr == "keys" else getattr(used, attr), limit)
-        for attr, key, _, limit in _limits(quota)
-        if limit is not None
-    ]

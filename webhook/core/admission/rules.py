@@ -5,9 +5,8 @@ Each check returns the denial (code, rule, message) or None; messages carry the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot, TopologyPreference
+from webhook.core.domain.refusal import Refusal
 from webhook.core.placement.nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from webhook.core.placement.nodeindex import Shape, Statics
 from webhook.core.placement.nodereach import ShapeReach, count_rejections, reach_of, shape_names
@@ -16,13 +15,6 @@ from webhook.core.placement.state import index_of
 from webhook.core.placement.topology import largest_nvlink_clique
 from webhook.core.podspec.vendors import memory_name, selector_names
 from webhook.core.policy.model import Policy
-
-
-@dataclass(frozen=True)
-class Denial:
-    code: int
-    rule: str
-    message: str
 
 
 def _matches(model: str, patterns: tuple[str, ...]) -> bool:
@@ -40,21 +32,19 @@ def model_allowed(model: str, request: PodRequest, allowed_models: tuple[str, ..
     return not (request.models_exclude and _matches(model, request.models_exclude))
 
 
-def check_policy(request: PodRequest, policy: Policy) -> Denial | None:
+def check_policy(request: PodRequest, policy: Policy) -> Refusal | None:
     """The namespace's own rules from the policy file (403: the cluster could, the policy says no)."""
     rule = policy.rule(request.namespace)
     if rule.max_gpus_per_pod is not None and request.gpus > rule.max_gpus_per_pod:
-        return Denial(
-            403,
-            "max-gpus-per-pod",
+        return Refusal(
+            "max-gpus-per-pod", 403,
             f"asks for {request.gpus} GPUs in one pod; namespace {request.namespace} allows at most "
             f"{rule.max_gpus_per_pod} per pod (policy namespaces.{request.namespace}.maxGpusPerPod): "
             f"split the work into pods of at most {rule.max_gpus_per_pod} GPUs",
         )
     if not rule.allow_sharing and request.shared:
-        return Denial(
-            403,
-            "sharing-not-allowed",
+        return Refusal(
+            "sharing-not-allowed", 403,
             f"asks for a slice of a GPU, but namespace {request.namespace} does not allow GPU sharing "
             f"(policy namespaces.{request.namespace}.allowSharing): remove nvidia.com/gpumem, "
             "gpumem-percentage and gpucores to get whole GPUs",
@@ -62,9 +52,8 @@ def check_policy(request: PodRequest, policy: Policy) -> Denial | None:
     if rule.allowed_models and request.models_include:
         wanted = [m for m in request.models_include if not _matches(m, rule.allowed_models)]
         if len(wanted) == len(request.models_include):
-            return Denial(
-                403,
-                "model-not-allowed",
+            return Refusal(
+                "model-not-allowed", 403,
                 f"asks for GPU model {', '.join(request.models_include)}; namespace {request.namespace} may "
                 f"use only {', '.join(rule.allowed_models)}",
             )
@@ -84,7 +73,7 @@ def whole_cards(allocation: Allocation, snapshot: Snapshot) -> bool:
     return allocation.memory_mib >= max(cards, default=allocation.memory_mib)
 
 
-def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Denial:
+def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Refusal:
     """Why no node could ever host the request: the most specific reason that applies (422).
 
     Only nodes the pod itself can reach count (its nodeSelector, required node affinity, tolerations,
@@ -93,7 +82,7 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
     statics = index_of(snapshot).statics
     shapes = [s for s in statics.shapes if s.template.gpus and s.template.vendor == request.vendor]
     if not shapes:
-        return Denial(422, "no-such-gpu", f"asks for {request.vendor} GPUs, but no node in the cluster has any")
+        return Refusal("no-such-gpu", 422, f"asks for {request.vendor} GPUs, but no node in the cluster has any")
     constraints = constraints_for(request, policy.tolerations)
     reach = reach_of(statics, constraints)
     cordon_ok = constraints.cordon_ok
@@ -120,15 +109,13 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
     largest = max(len(s.template.gpus) for s in eligible)
     if request.gpus > largest:
         if where:
-            return Denial(
-                422,
-                "too-many-gpus",
+            return Refusal(
+                "too-many-gpus", 422,
                 f"no node matching {where} has {request.gpus} GPUs; the largest has {largest}: ask for at most "
                 f"{largest}, or widen the pod's node constraints",
             )
-        return Denial(
-            422,
-            "too-many-gpus",
+        return Refusal(
+            "too-many-gpus", 422,
             f"asks for {request.gpus} GPUs in one pod; the largest eligible node has {largest}: "
             f"ask for at most {largest}, or split the job into several pods",
         )
@@ -136,18 +123,16 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
     topology = request.topology or policy.topology
     largest_nvlink = max(largest_nvlink_clique(s.template) for s in eligible)
     if topology is TopologyPreference.REQUIRED and request.gpus > largest_nvlink:
-        return Denial(
-            422,
-            "topology-unsatisfiable",
+        return Refusal(
+            "topology-unsatisfiable", 422,
             f"asks for {request.gpus} GPUs all linked by NVLink (gpu-admission.io/topology: required); "
             f"the largest NVLink-connected set on any eligible node{within} has {largest_nvlink} GPUs: ask for "
             f"at most {largest_nvlink}, or set gpu-admission.io/topology: preferred",
         )
     largest_card = max(g.memory_mib for s in eligible for g in s.template.gpus)
     if request.memory_mib is not None and request.memory_mib > largest_card:
-        return Denial(
-            422,
-            "memory-too-large",
+        return Refusal(
+            "memory-too-large", 422,
             f"asks for {request.memory_mib} MiB of GPU memory per GPU; the largest eligible card{within} has "
             f"{largest_card} MiB: lower {memory_name(request.vendor)} to at most {largest_card}",
         )
@@ -156,15 +141,13 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
         found = [statics.uuid_node.get(u) for u in request.uuids_include]
         if not any(w and id(statics.shape_of[w[0]]) in usable and (reach is None or _admits(reach, statics, w[0]))
                    for w in found):
-            return Denial(
-                422,
-                "no-such-uuid",
+            return Refusal(
+                "no-such-uuid", 422,
                 f"asks for GPU UUIDs {', '.join(request.uuids_include)} ({selector_names(request.vendor)[2]}); "
                 f"no eligible node{within} has any of them",
             )
-    return Denial(
-        422,
-        "unschedulable",
+    return Refusal(
+        "unschedulable", 422,
         f"no node{within} could ever host {request.gpus} GPU(s) with these constraints (CPU "
         f"{request.cpu_milli}m, memory {request.memory_mib_host} MiB, model, UUID and topology filters): "
         "relax the request",
@@ -176,36 +159,33 @@ def _admits(reach: ShapeReach, statics: Statics, name: str) -> bool:
     return names is None or name in names
 
 
-def _unreachable(request: PodRequest, constraints: NodeConstraints, refused: dict[str, int], total: int) -> Denial:
+def _unreachable(request: PodRequest, constraints: NodeConstraints, refused: dict[str, int], total: int) -> Refusal:
     """No GPU node of the vendor is one the pod's own constraints allow: say what excluded each."""
     parts = [f"{refused[r]} not matching {constraints.describe(r)}" for r in (SELECTOR, AFFINITY) if refused.get(r)]
     if refused.get(TAINT):
         parts.append(f"{refused[TAINT]} with a NoSchedule/NoExecute taint it does not tolerate")
     if refused.get(CORDONED):
         parts.append(f"{refused[CORDONED]} cordoned (spec.unschedulable)")
-    return Denial(
-        422,
-        "no-matching-node",
+    return Refusal(
+        "no-matching-node", 422,
         f"asks for {request.vendor} GPUs, but no GPU node meets the pod's own constraints (of {total} "
         f"{request.vendor} GPU nodes: {'; '.join(parts)}): change its nodeSelector, node affinity or tolerations",
     )
 
 
-def _no_model(request: PodRequest, allowed: tuple[str, ...], models: list[str], where: str) -> Denial:
+def _no_model(request: PodRequest, allowed: tuple[str, ...], models: list[str], where: str) -> Refusal:
     asked = ", ".join(request.models_include) or "(any)"
     excluded = f", excluding {', '.join(request.models_exclude)}" if request.models_exclude else ""
     have = f"the nodes matching {where} have" if where else "the cluster has"
     permitted = [m for m in models if model_allowed(m, request)]
     if allowed and permitted:
-        return Denial(
-            422,
-            "no-such-model",
+        return Refusal(
+            "no-such-model", 422,
             f"namespace {request.namespace} may use only GPU models {', '.join(allowed)} (policy namespaces."
             f"{request.namespace}.allowedModels), and {have} {', '.join(models)}: ask an administrator",
         )
-    return Denial(
-        422,
-        "no-such-model",
+    return Refusal(
+        "no-such-model", 422,
         f"asks for GPU model {asked}{excluded}; {have} {', '.join(models)}: "
         f"change {selector_names(request.vendor)[0]} or {selector_names(request.vendor)[1]}",
     )

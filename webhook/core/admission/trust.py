@@ -13,7 +13,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import Decision, PodRequest
+from webhook.core.domain.decision import Decision, allowed, denied
+from webhook.core.domain.model import PodRequest
 from webhook.core.podspec.record import ANNOTATION, Sealed, read_sealed, shape_of
 from webhook.core.podspec.vendors import is_mapping, list_of, mapping_of
 
@@ -73,11 +74,11 @@ def record_update(pod: Mapping[str, Any], old: Mapping[str, Any]) -> Decision:
     given = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
     before = mapping_of(mapping_of(old.get("metadata")).get("annotations")).get(ANNOTATION)
     if given == before:
-        return Decision(True, 200, "", "record-unchanged", gpu_pod=False)
+        return allowed("record-unchanged", gpu_pod=False)
     what = "adds" if before is None else "removes" if given is None else "changes"
-    return Decision(False, 403, f"this update {what} the pod's {ANNOTATION} annotation, which the GPU admission "
-                                "webhook writes when the pod is created and nobody may edit afterwards (it says "
-                                "which GPUs the pod holds); leave it as it is", "record-changed", gpu_pod=True)
+    return denied(403, "record-changed", f"this update {what} the pod's {ANNOTATION} annotation, which the GPU "
+                  "admission webhook writes when the pod is created and nobody may edit afterwards (it says "
+                  "which GPUs the pod holds); leave it as it is")
 
 
 _UUID_CHARS = frozenset("0123456789abcdefABCDEF-")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from .refusal import Refusal
 from .shapes import Observed
 from .vendor_quota import CAMBRICON, HYGON, MIG_KEY
 
@@ -276,19 +277,6 @@ class ContainerRequest:
     moved_resources: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """A rule the pod breaks before any cluster state is consulted (isolation bypass, malformed value).
-
-    `code` is 403 (policy) or 422 (invalid request); `rule` is a short stable identifier used as the
-    metrics reason (e.g. "isolation-env", "invalid-quantity").
-    """
-
-    rule: str
-    code: int
-    message: str
-
-
 @dataclass(frozen=True)
 class PodRequest:
     """A pod (or one pod of a workload template), reduced to what admission needs."""
@@ -317,7 +305,7 @@ class PodRequest:
     is_gpu_pod: bool = False
     dra_gpus: int = 0  # of `gpus`, those that come through DRA claims or DRA-backed extended resources
     mig: str = ""  # the MIG profile every GPU of the pod is (`gpus` MIG devices of it), "" for cards
-    violations: tuple[Violation, ...] = ()
+    violations: tuple[Refusal, ...] = ()
     warnings: tuple[str, ...] = ()
     # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -449,18 +437,3 @@ def usage_of(vendor: str, mig: str, gpus: int, memory_mib: int, cores: int) -> U
     if vendor == "cambricon":
         return Usage(keys=tuple(zip(CAMBRICON, (gpus, memory_mib, cores), strict=True)))
     return Usage(gpus, memory_mib, cores)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The single result type of `admit.mutate()` and `admit.validate()`."""
-
-    allowed: bool
-    code: int = 200
-    message: str = ""
-    reason: str = "allowed"  # short stable identifier, used as the metrics label
-    warnings: tuple[str, ...] = ()
-    patch: tuple[Mapping[str, Any], ...] = ()  # JSONPatch operations (RFC 6902)
-    allocation: Allocation | None = None
-    managed: bool = True
-    gpu_pod: bool = True

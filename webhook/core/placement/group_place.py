@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Placement, PodRequest, Snapshot
+from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import GROUP_MODES, Policy
 
@@ -96,12 +97,6 @@ class GroupPlan:
     @property
     def required(self) -> bool:
         return self.mode == REQUIRED and bool(self.level)
-
-
-class Refusal(NamedTuple):
-    code: int
-    reason: str
-    message: str
 
 
 def mode_of(pod: Mapping[str, Any], namespace: str, policy: Policy) -> str:
@@ -335,7 +330,7 @@ def plan(request: PodRequest, snapshot: Snapshot, policy: Policy, ctx: Placement
             return None
         mode = mode_of(request.raw, request.namespace, policy)
     except ValueError as err:
-        return Refusal(422, "invalid-group", str(err))
+        return Refusal("invalid-group", 422, str(err))
     owner = topology_owner(request.raw, request.scheduler_name)
     if owner:  # its group stays in the decision record; quotas and the GPUs inside the node stay ours
         return GroupPlan(ref, mode, owner=owner)
@@ -363,7 +358,7 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
         largest = max(levels[-1].capacity, default=0) * gpus
         message = f"group {ref.key} needs {need} in one {table.levels[-1]}; the largest has {largest}"
         if mode == REQUIRED:
-            return Refusal(422, "group-too-large", message)
+            return Refusal("group-too-large", 422, message)
         return GroupPlan(ref, mode, warnings=(message + ": placed split",), placement_hint=whole)
     if choice.now:
         return GroupPlan(ref, mode, choice.level, choice.value, placement_hint=whole)
@@ -372,7 +367,7 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
         return GroupPlan(ref, mode, warnings=(f"group {ref.key} placed split: no {choice.level} has room for "
                                               f"{need} now",), placement_hint=whole)
     if when_full == "deny":
-        return Refusal(403, "cluster-full", f"group {ref.key} needs {need} in one {choice.level}; none has room "
+        return Refusal("cluster-full", 403, f"group {ref.key} needs {need} in one {choice.level}; none has room "
                                             f"now ({where} could when capacity frees up); retry later")
     return GroupPlan(ref, mode, choice.level, choice.value,
                      warnings=(f"group {ref.key} waits for room for {need} in {where}",), placement_hint=whole)

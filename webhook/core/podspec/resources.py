@@ -1,7 +1,7 @@
 """What a pod asks for: vendor resource names, HAMi/KAI/Volcano dialects, pod spec -> PodRequest.
 
 The vendor table is data: a new vendor or dialect is one more row, never a new branch. Parsing never
-raises; what is malformed or breaks an isolation rule becomes a Violation with a message that says
+raises; what is malformed or breaks an isolation rule becomes a Refusal with a message that says
 what to change, so the webhook and `check` answer the same thing for the same pod.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference, Violation
+from webhook.core.domain.model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
+from webhook.core.domain.refusal import Refusal
 
 from .dialects import gpu_policy, numa_bind
 from .limits import is_pin
@@ -80,14 +81,14 @@ class _Notes:
     """Violations and warnings collected while parsing one pod."""
 
     def __init__(self) -> None:
-        self.violations: list[Violation] = []
+        self.violations: list[Refusal] = []
         self.warnings: list[str] = []
         self._seen: set[tuple[str, str]] = set()  # a set, so that a pod of n containers costs O(n)
 
     def deny(self, rule: str, code: int, message: str) -> None:
         if ("deny", message) not in self._seen:
             self._seen.add(("deny", message))
-            self.violations.append(Violation(rule, code, message))
+            self.violations.append(Refusal(rule, code, message))
 
     def warn(self, message: str) -> None:
         if ("warn", message) not in self._seen:
@@ -164,7 +165,7 @@ def _host_value(name: str, raw: object, where: str, notes: _Notes) -> int:
 def _parse_container(
     container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: _Notes,
     label_kind: str | None = None,
-) -> tuple[ContainerRequest, list[Violation], bool]:
+) -> tuple[ContainerRequest, list[Refusal], bool]:
     """One container; returns it, the isolation findings that apply only to GPU pods, and whether the
     container alone makes a GPU pod (a GPU resource named, or a device variable set: see is_gpu_pod)."""
     where = _label(container, init, index, label_kind)
@@ -237,7 +238,7 @@ def _parse_container(
         if raw is not None:
             value = _host_value(name, raw, where, notes)
             host_cpu, host_mem = (value, host_mem) if name == "cpu" else (host_cpu, value)
-    findings: list[Violation] = []
+    findings: list[Refusal] = []
     exempt: dict[str, str] | None = None  # limit_env_of(container), made when an entry needs it
     for entry in list_of(container.get("env")):
         fields = mapping_of(entry)
@@ -263,7 +264,7 @@ def _parse_container(
             )
         elif env_name == "LD_PRELOAD" and not is_pin(env_name, mapping_of(entry)):  # "" pins it off
             findings.append(
-                Violation(
+                Refusal(
                     "isolation-env",
                     403,
                     f"{where} sets LD_PRELOAD, which can unload the GPU limit library; remove it from a GPU pod",
@@ -271,7 +272,7 @@ def _parse_container(
             )
     if mapping_of(container.get("securityContext")).get("privileged") is True:
         findings.append(
-            Violation(
+            Refusal(
                 "isolation-privileged",
                 403,
                 f"{where} is privileged, which exposes every GPU of the node; set securityContext.privileged: false",
@@ -448,7 +449,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     annotations = mapping_of(metadata.get("annotations"))
     exempt_env = ALLOCATION in annotations
     containers: list[ContainerRequest] = []
-    findings: list[Violation] = []
+    findings: list[Refusal] = []
     if not isinstance(spec.get("containers"), list) or not spec["containers"]:
         notes.deny("invalid-pod", 422, "spec.containers: a pod needs at least one container")
     # Whether this is a GPU pod (is_gpu_pod's definition), collected while parsing instead of read twice.

@@ -11,7 +11,7 @@ from builders import A100, H100, node, snapshot
 from server_support import cluster_objects
 
 from webhook.cluster.translate import build_snapshot
-from webhook.core.admission import admit
+from webhook.core.admission import admit, screen
 from webhook.core.policy.model import Policy
 from webhook.server.app import ServerConfig, create_app
 from webhook.server.review import MAX_BODY_BYTES, decode_patch
@@ -52,7 +52,7 @@ def test_twenty_thousand_breaches_make_one_short_denial() -> None:
     pod = big({"resources": {"limits": {"nvidia.com/gpu": "1"}}, "env": [{"name": "LD_PRELOAD", "value": "/x.so"}]})
     d = admit.mutate(pod, CLUSTER, Policy())
     assert (d.allowed, d.code, d.reason) == (False, 403, "isolation-env")
-    assert d.message.count("LD_PRELOAD") == admit.MAX_VIOLATIONS and d.message.endswith("; and 19995 more")
+    assert d.message.count("LD_PRELOAD") == screen.MAX_VIOLATIONS and d.message.endswith("; and 19995 more")
     assert "container 'c0'" in d.message and len(d.message) < 2000
 
 

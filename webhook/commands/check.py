@@ -84,7 +84,7 @@ def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_namespace: str) -> list[Result]:
     """Decide every pod template in order; each admitted pod is counted before the next is decided."""
-    from webhook.core.admission import admit
+    from webhook.core.admission import scope
     from webhook.workloads import ClaimObject, Problem, Skipped, is_cluster_scoped
 
     results: list[Result] = []
@@ -101,7 +101,7 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
             results.append(_decide_claim(item, snapshot, policy, item.namespace or default_namespace))
         elif isinstance(item, Skipped):
             namespace = "" if item.cluster_scoped else item.namespace or default_namespace
-            managed = bool(namespace) and admit.is_managed(namespace, snapshot, policy)
+            managed = bool(namespace) and scope.is_managed(namespace, snapshot, policy)
             results.append(Result(item.source, item.kind, item.name, namespace, managed=managed, skipped=True,
                                   reason="skipped", message=item.reason, replicas=0))
         else:

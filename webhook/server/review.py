@@ -13,11 +13,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
+from webhook.core.domain.decision import MAX_WARNING
+
 from . import jsoncodec
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server itself caps objects at 3 MiB
-MAX_WARNING_CHARS = 119  # "under 120 characters"
 
 
 class GroupVersionKind(TypedDict):
@@ -179,9 +180,9 @@ def with_warnings(response: AdmissionResponse, warnings: Iterable[str]) -> Admis
 
 def short_warning(text: str) -> str:
     text = " ".join(str(text).split())
-    if len(text) <= MAX_WARNING_CHARS:
+    if len(text) <= MAX_WARNING:
         return text
-    return text[: MAX_WARNING_CHARS - 3].rstrip() + "..."
+    return text[: MAX_WARNING - 3].rstrip() + "..."
 
 
 def envelope(api_version: str, response: AdmissionResponse) -> AdmissionReview:

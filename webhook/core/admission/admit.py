@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from webhook.core.domain.decision import Decision, allowed, denied, patched, refused
+from webhook.core.domain.decision import Decision, allowed, denied, patched, refused, warning
 from webhook.core.domain.model import (
     Allocation,
     Node,
@@ -31,92 +31,40 @@ from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings
 from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
-from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
+from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.record import ANNOTATION, Sealed, sealed_text, shape_of
-from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.record import ANNOTATION, sealed_text, shape_of
 from webhook.core.podspec.vendors import (
     TOPOLOGY_MODELLED,
-    enforced_backend,
     is_mapping,
-    kept_for_scheduler,
     list_of,
     mapping_of,
     unenforced_slice,
 )
 from webhook.core.policy.model import Policy
 
-from . import dra, isolation, node_routes, slices, trust
+from . import dra, isolation, slices, trust
 from .quota import check_quota
-from .rules import check_policy, check_satisfiable, whole_cards
+from .rules import check_satisfiable
+from .scope import DEFAULT_SCHEDULERS, is_managed
+from .screen import backend_of, screen
 
 COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
-DEFAULT_SCHEDULERS = ("", "default-scheduler")
-MAX_WARNING = 119
 
 
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _warn(text: str) -> str:
-    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
 
 
-def is_managed(namespace: str, snapshot: Snapshot, policy: Policy) -> bool:
-    """Labelled namespaces (or every namespace but kube-system, in the policy's "all" mode)."""
-    if namespace == "kube-system":
-        return False
-    if policy.managed_namespaces == "all":
-        return True
-    ns = snapshot.namespaces.get(namespace)
-    return ns is not None and ns.managed
 
 
-MAX_VIOLATIONS = 5  # a denial names this many; a pod of 20,000 bad containers gets a short message
 
 
-def _violations_message(request: PodRequest) -> str:
-    shown = [v.message for v in request.violations[:MAX_VIOLATIONS]]
-    more = len(request.violations) - len(shown)
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
-    """A limit variable in the pod that differs from what the allocation dictates (a lifted limit)."""
-    for c in request.containers:
-        container = patches.container_of(request.raw, c)
-        count = c.gpu.count if c.gpu else 0
-        wanted = dict(limit_env(backend, count, *allocation.slice_of(c.name)))
-        for env in list_of(container.get("env")):
-            if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
-                continue
-            name = str(env.get("name"))
-            # A per-device compute limit is a pin of the container's own cap (isolation.pin_ops).
-            expected = wanted.get(name, wanted.get("CUDA_DEVICE_SM_LIMIT") if is_sm_device_env(name) else None)
-            if expected != env.get("value") or "valueFrom" in env:
-                return (f"container {c.name} sets {name}={env.get('value')!r}, which this product manages "
-                        f"(allocation: {allocation.memory_mib} MiB, {allocation.cores}% per GPU): remove it")
-    return None
 
 
-def _kept_mismatch(request: PodRequest, recorded: Allocation) -> str | None:
-    """What in the pod's resources disagrees with the recorded decision. A default-scheduler pod must
-    carry no slice resource any more (the first pass moved them all); a pod of a scheduler that reads
-    them keeps them, and their figures must still be the recorded ones."""
-    kept = request.scheduler_name
-    for c in request.containers:
-        for name in c.moved_resources:
-            if not kept_for_scheduler(kept, name):
-                return f"GPU memory/compute resource {name}"
-    for c in request.containers:
-        if c.gpu is None or not c.moved_resources:
-            continue
-        memory, cores = recorded.slice_of(c.name)
-        if c.gpu.memory_mib is not None and c.gpu.memory_mib != memory:
-            return f"{c.gpu.memory_mib} MiB of GPU memory in {c.name!r}, not the recorded {memory}"
-        if c.gpu.cores is not None and c.gpu.cores != cores:
-            return f"{c.gpu.cores}% of GPU compute in {c.name!r}, not the recorded {cores}%"
-    return None
 
 
 def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
@@ -231,64 +179,6 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
 # ------------------------------------------------------------------------------------------ shared core
 
 
-def _screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: bytes,
-            validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
-    """Parse and apply every check that needs no placement. Returns the request, a final decision when
-    one is already reached (allowed-unmanaged or denied), and the pod's record if this webhook sealed it.
-    A record the webhook did not seal is dropped: the pod is judged exactly as the same pod without it,
-    except that validation names the record when it refuses a GPU pod for lacking one."""
-    request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
-    sealed = trust.sealed_record(pod, request, key)
-    if isinstance(sealed, str):
-        why, sealed, pod = sealed, None, trust.without_record(pod)
-        request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
-        if validating and request.is_gpu_pod and request.gpus > 0 and is_managed(request.namespace, snapshot, policy):
-            return request, denied(403, "annotation-not-sealed",
-                                  f"the pod's {ANNOTATION} annotation is not this webhook's: {why}; remove it and "
-                                  "resubmit (the mutating webhook writes it)"), None
-    if not request.is_gpu_pod:
-        # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
-        warned = tuple(_warn(w) for w in request.warnings)
-        return request, allowed("not-gpu-pod", gpu_pod=False, warnings=warned), None
-    if not is_managed(request.namespace, snapshot, policy):
-        return request, allowed("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
-    request = isolation.screen_gpu(pod, request, snapshot, policy)  # envFrom
-    if request.violations:
-        first = request.violations[0]
-        return request, denied(first.code, first.rule, _violations_message(request)), None
-    if request.gpus <= 0:
-        # Names a GPU resource but asks for none of it (`nvidia.com/gpu: 0`): the device plugin gives it
-        # no device, so there is nothing to limit or place; the isolation rules above still applied.
-        return request, allowed("no-gpu-requested", "asks for 0 GPUs: unchanged"), None
-    if request.node_name:
-        return request, denied(403, "node-name-set",
-                              f"sets spec.nodeName={request.node_name}, which bypasses GPU admission and the "
-                              "scheduler: remove spec.nodeName and use a nodeSelector or node affinity"), None
-    recorded = sealed.allocation if sealed is not None else None
-    if recorded is not None:
-        if (recorded.gpu_count != request.gpus or recorded.vendor != request.vendor
-                or recorded.mig != request.mig):
-            return request, denied(403, "annotation-mismatch",
-                                  f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
-                                  f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
-                                  "changed it; remove the annotation and resubmit"), None
-        changed = _kept_mismatch(request, recorded)
-        if changed:
-            return request, denied(403, "annotation-mismatch",
-                                  f"pod carries {changed} next to its {ANNOTATION}: another "
-                                  "webhook or the user changed it; remove the annotation and resubmit"), None
-        # The annotation is where the first pass moved memory and compute; it is the request now.
-        request = request.evolve(memory_mib=recorded.memory_mib, memory_pct=None, cores=recorded.cores)
-        mismatch = _env_mismatch(request, recorded, _backend(request, policy))
-        if mismatch:
-            return request, denied(403, "isolation-env", mismatch), sealed
-    if recorded is not None and whole_cards(recorded, snapshot):  # not a slice, though memory is recorded
-        denial = check_policy(request.evolve(memory_mib=None, memory_pct=None, cores=100), policy)
-    else:
-        denial = check_policy(request, policy)
-    if denial:
-        return request, refused(denial), sealed
-    return request, None, sealed
 
 
 def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_place.GroupPlan | None = None,
@@ -298,7 +188,7 @@ def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy, group: group_
     else:  # inside the group's domain (core/group_place.py)
         placement, notes = group_place.placement_for(request, group, snapshot, _context(request, policy, snapshot))
         if warnings is not None:
-            warnings.extend(_warn(n) for n in notes)
+            warnings.extend(warning(n) for n in notes)
         if not placement.eligible and group.required:
             return denied(422, "group-domain", f"group {group.ref.key} lives in {group.domain}, where no node "
                                               f"can ever host this pod ({request.gpus} GPU(s))"), placement
@@ -314,7 +204,7 @@ def _quota(request: PodRequest, allocation: Allocation, snapshot: Snapshot,
     if result.refusal:
         return refused(result.refusal)
     if result.warnings:
-        warnings.extend(_warn(w) for w in result.warnings)
+        warnings.extend(warning(w) for w in result.warnings)
     return None
 
 
@@ -330,18 +220,18 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     malformed = shape_error(pod)
     if malformed:
         return denied(422, "invalid-pod", malformed)
-    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key)
+    request, final, sealed = screen(pod, snapshot, policy, namespace, record_key)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
     recorded = sealed.allocation if sealed is not None else None
     request = _normalise(request, policy)
-    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
+    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
     if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
-        warnings += [_warn(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
+        warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
     unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
     if unenforced:
-        warnings.append(_warn(unenforced))
+        warnings.append(warning(unenforced))
     placement: Placement | None = None
     group: group_place.GroupPlan | None = None
     if recorded is None and request.dra_gpus:
@@ -358,7 +248,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             return refused(planned_group, warnings=tuple(warnings))
         group = planned_group
         if group is not None:
-            warnings += [_warn(w) for w in group.warnings]
+            warnings += [warning(w) for w in group.warnings]
         denial, placement = _plan(request, snapshot, policy, group, warnings)
         if denial:
             return replace(denial, warnings=tuple(warnings))
@@ -374,11 +264,12 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
                 return denied(403, "cluster-full",
                              f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
                              "when capacity frees up); retry later", warnings=tuple(warnings))
-            warnings.append(_warn(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible node(s)"))
+            warnings.append(warning(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible "
+                                    "node(s)"))
         if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
             allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
         elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
-            warnings.append(_warn(f"GPUs linked over {allocation.topology.value}: expected communication loss "
+            warnings.append(warning(f"GPUs linked over {allocation.topology.value}: expected communication loss "
                                   f"{allocation.loss:.0%}"))
     else:
         allocation = recorded
@@ -408,7 +299,7 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     malformed = shape_error(pod)
     if malformed:
         return denied(422, "invalid-pod", malformed)
-    request, final, sealed = _screen(pod, snapshot, policy, namespace, record_key, validating=True)
+    request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
     if final is not None:
         return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
     if sealed is None:
@@ -428,12 +319,12 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
                      f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
                      f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
-    backend = _backend(request, policy)
+    backend = backend_of(request, policy)
     missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
                or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
         return denied(403, "limits-missing", missing)
-    warnings: list[str] = [_warn(w) for w in request.warnings] if request.warnings else []
+    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
     denial = _quota(request, recorded, snapshot, warnings)
     if denial:
         return replace(denial, warnings=tuple(warnings))
@@ -441,9 +332,6 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                    allocation=recorded)
 
 
-def _backend(request: PodRequest, policy: Policy) -> str:
-    """The namespace's limit backend where it applies: none for MIG devices and non-CUDA vendors."""
-    return enforced_backend(request.vendor, request.mig, policy.backend_for(request.namespace))
 
 
 def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
@@ -468,9 +356,9 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
-    ops += patches.env_ops(pod, request, allocation, _backend(request, policy))
+    ops += patches.env_ops(pod, request, allocation, backend_of(request, policy))
     ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
-    ops = isolation.pin_ops(pod, request, allocation, _backend(request, policy), snapshot, policy, ops)  # Secrets
+    ops = isolation.pin_ops(pod, request, allocation, backend_of(request, policy), snapshot, policy, ops)  # Secrets
     taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)

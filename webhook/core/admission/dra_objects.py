@@ -16,8 +16,8 @@ from webhook.core.domain.model import Snapshot
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import Policy
 
-from .admit import is_managed
 from .dra import CLAIM_KINDS, Tally, count_claim, read_claim
+from .scope import is_managed
 
 
 def _deny(code: int, reason: str, message: str) -> Decision:

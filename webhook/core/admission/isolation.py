@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.domain.decision import Decision, allowed, denied, patched
+from webhook.core.domain.decision import Decision, allowed, denied, patched, warning
 from webhook.core.domain.model import Allocation, EnvReader, PodRequest, Snapshot
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.limits import (
@@ -39,13 +39,13 @@ from webhook.core.policy.model import Policy
 from . import env_pins
 from .dra import claim_refs
 from .env_pins import Unresolved
+from .scope import is_managed
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
 # The taints GPU nodes carry for the device plugins of the vendor table (and the chart's toleration).
 GPU_TAINT_KEYS: frozenset[str] = frozenset({"nvidia.com/gpu", "cambricon.com/vmlu", "hygon.com/dcunum"})
 EMPTY: frozenset[str] = frozenset()
-MAX_WARNING = 119
 
 # ------------------------------------------------------------------------------------------ ConfigMaps
 
@@ -251,8 +251,6 @@ def config_map_refusals(namespace: str, name: str, keys: Iterable[str], readers:
 def config_map_write(request: Mapping[str, Any], snapshot: Snapshot, policy: Policy) -> Decision:
     """Decide a CREATE or UPDATE of a ConfigMap (an AdmissionRequest) against the live GPU pods that read
     it through envFrom. A re-created ConfigMap is a CREATE like any other; a DELETE changes no variable."""
-    from .admit import is_managed  # admit imports this module
-
     obj = mapping_of(request.get("object"))
     metadata = mapping_of(obj.get("metadata"))
     namespace = str(request.get("namespace") or metadata.get("namespace") or "default")
@@ -344,8 +342,6 @@ def _lacking(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list
     return [labels.get(t, str(t)) for t in targets if void_ops(pod, [t])]
 
 
-def _warn(text: str) -> str:
-    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
 
 
 def _allow(reason: str, message: str = "", ops: list[dict[str, Any]] | None = None,
@@ -364,8 +360,6 @@ def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, s
                  *, mutating: bool) -> Decision:
     """The answer for a pod the first screen settled: a pod that asks for no GPU, in a managed namespace,
     is screened here too (the rest is returned as it was)."""
-    from .admit import is_managed  # admit imports this module
-
     if final.reason != "not-gpu-pod" or not is_managed(request.namespace, snapshot, policy):
         return final
     decision = screen_non_gpu(pod, request, snapshot, policy, mutating=mutating)
@@ -401,8 +395,8 @@ def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapsh
     targets = [(key, index) for key, index, _, _ in _containers(spec)]
     if mutating:
         ops = void_ops(pod, targets)
-        warning = _warn(f"asks for no GPU but can reach one ({why}): {VISIBLE}={NO_DEVICES} set in every container")
-        return _allow("neutralised", f"{VISIBLE}={NO_DEVICES}", ops, (warning,) if ops else ())
+        note = warning(f"asks for no GPU but can reach one ({why}): {VISIBLE}={NO_DEVICES} set in every container")
+        return _allow("neutralised", f"{VISIBLE}={NO_DEVICES}", ops, (note,) if ops else ())
     lacking = _lacking(pod, targets)
     if lacking:
         return _deny(403, "gpu-reachable",
@@ -430,7 +424,7 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
             "isolation.unresolvedEnvFrom: deny): use a ConfigMap it can see, a prefix no GPU variable starts "
             "with (e.g. APP_), or env entries with valueFrom"))
     elif unresolved and mode == "warn":
-        warnings.append(_warn(f"{unresolved[0].describe()} through envFrom, unchecked: explicit limits win over "
+        warnings.append(warning(f"{unresolved[0].describe()} through envFrom, unchecked: explicit limits win over "
                               "it, a GPU list would not"))
     elif unresolved:
         targets = env_pins.gpu_targets(request)
@@ -448,7 +442,7 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
                 break
         if not violations and any((u.key, u.at) in targets for u in unresolved):
             first = next(u for u in unresolved if (u.key, u.at) in targets)
-            warnings.append(_warn(f"{first.describe()} through envFrom: GPU limit switches pinned to safe values"))
+            warnings.append(warning(f"{first.describe()} through envFrom: GPU limit switches pinned to safe values"))
     if not violations and warnings == list(request.warnings):
         return request
     return request.evolve(violations=(*request.violations, *violations), warnings=tuple(warnings))
@@ -511,8 +505,6 @@ def ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None, snapshot: S
               namespace: str | None = None, mutating: bool) -> Decision:
     """An UPDATE of pods/ephemeralcontainers (`kubectl debug`): the containers it adds are held to the
     isolation rules, and get NVIDIA_VISIBLE_DEVICES=void (an ephemeral container never has a GPU)."""
-    from .admit import is_managed  # admit imports this module
-
     malformed = shape_error(pod)
     if malformed:
         return denied(422, "invalid-pod", malformed, gpu_pod=False)

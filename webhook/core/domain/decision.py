@@ -11,6 +11,13 @@ from typing import Any
 from .model import Allocation
 from .refusal import Refusal
 
+MAX_WARNING = 119  # the API server shows warnings under 120 characters; longer ones are cut to fit
+
+
+def warning(text: str) -> str:
+    """`text` as a warning the API server shows whole."""
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
 
 @dataclass(frozen=True)
 class Decision:

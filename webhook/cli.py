@@ -14,7 +14,7 @@ from .errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("webhook.commands.check", "decide GPU pods in manifests offline, exactly as the webhook will"),
     "serve": ("webhook.commands.serve", "run the admission webhook (gunicorn, TLS)"),
-    "certs": ("webhook.certs.authority", "make a CA and a serving certificate"),
+    "certs": ("webhook.commands.certs", "make a CA and a serving certificate"),
     "agent": ("webhook.commands.agent", "node agent: discover GPUs with NVML and publish a GPUInventory"),
     "snapshot": ("webhook.commands.snapshot", "write the cluster objects that `check --cluster` reads"),
     "simulate": ("webhook.commands.simulate", "replay a GPU cluster trace through the placement policies"),

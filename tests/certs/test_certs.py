@@ -15,13 +15,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from webhook.certs import authority as certs
+from webhook.commands import certs as certs_command
 from webhook.errors import UserError
 
 
 def run_certs(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     parser = argparse.ArgumentParser()
-    certs.add_arguments(parser)
-    assert certs.run(parser.parse_args(list(argv))) == 0
+    certs_command.add_arguments(parser)
+    assert certs_command.run(parser.parse_args(list(argv))) == 0
     return capsys.readouterr().out
 
 
@@ -94,10 +95,10 @@ def test_renew_refuses_a_key_of_another_ca(tmp_path: Path) -> None:
 
 def test_days_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
-    certs.add_arguments(parser)
+    certs_command.add_arguments(parser)
     args = parser.parse_args(["--service", "s", "--namespace", "n", "--out", str(tmp_path), "--days", "0"])
     with pytest.raises(UserError, match="^--days must be at least 1, got 0$"):
-        certs.run(args)
+        certs_command.run(args)
 
 
 def test_dev_certificates_are_made_once(tmp_path: Path) -> None:

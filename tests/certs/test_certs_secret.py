@@ -23,6 +23,7 @@ from cryptography import x509
 
 from webhook.certs import authority as certs
 from webhook.certs.secret import ApiError, ca_bundle_patch
+from webhook.commands import certs as certs_command
 from webhook.errors import UserError
 
 NS, SERVICE, SECRET, CONFIG = "gpu-admission", "gpu-gpu-admission", "gpu-gpu-admission-tls", "gpu-gpu-admission"
@@ -138,18 +139,18 @@ def chart_args(out: Path | None = None, *extra: str) -> list[str]:
 def run(api: FakeApi, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, list[str]]:
     """(stdout, stderr lines) of one run; the command must succeed."""
     parser = argparse.ArgumentParser()
-    certs.add_arguments(parser)
+    certs_command.add_arguments(parser)
     api.calls.clear()
-    assert certs.run(parser.parse_args(argv), api=api) == 0
+    assert certs_command.run(parser.parse_args(argv), api=api) == 0
     captured = capsys.readouterr()
     return captured.out, captured.err.splitlines()
 
 
 def fail(api: FakeApi, argv: list[str]) -> str:
     parser = argparse.ArgumentParser()
-    certs.add_arguments(parser)
+    certs_command.add_arguments(parser)
     with pytest.raises(UserError) as caught:
-        certs.run(parser.parse_args(argv), api=api)
+        certs_command.run(parser.parse_args(argv), api=api)
     return str(caught.value)
 
 

@@ -6,14 +6,50 @@ format, next to the decisions of the other documents."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 from xml.etree import ElementTree
 
-if TYPE_CHECKING:
-    from .check import Result
-
 EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
+
+
+@dataclass
+class Result:
+    """One decided document (or pod template), or one input error, as every report format shows it."""
+
+    source: str
+    kind: str
+    name: str
+    namespace: str  # "" for cluster-scoped objects
+    managed: bool = True
+    allowed: bool = True
+    code: int = 200
+    message: str = ""
+    reason: str = ""
+    warnings: list[str] = field(default_factory=list)
+    patch: list[Mapping[str, Any]] = field(default_factory=list)
+    allocation: dict[str, Any] | None = None
+    replicas: int = 1
+    skipped: bool = False
+    nodes: list[str] = field(default_factory=list)
+    role: str = ""  # the pod template's role in its workload ("Worker", "head", ...)
+    notes: list[str] = field(default_factory=list)  # how the pods were found and counted
+    walked: bool = False  # found by walking a kind check does not know
+    error: bool = False  # an input error: the document could not be read or decided (exit code 2)
+    error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
+    group: str = ""  # API group of a decided workload: text writes "Job (batch.volcano.sh)"
+    pods: list[dict[str, Any]] = field(default_factory=list)  # each pod decided: name, verdict, allocation
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "kind": self.kind, "name": self.name, "namespace": self.namespace,
+            "group": self.group, "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
+            "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
+            "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
+            "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
+            "pods": self.pods,
+        }
 
 
 def exit_code(results: Sequence[Result]) -> int:

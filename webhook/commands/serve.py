@@ -25,7 +25,7 @@ RESERVATION_STORES = ("memory", "api")
 RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
 RECORD_KEY_ENV = "GPU_ADMISSION_RECORD_KEY_FILE"  # the key that seals decision records (the chart's Secret)
 
-log = logging.getLogger("webhook.commands.serve")
+log = logging.getLogger("webhook.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -255,3 +255,31 @@ def test_a_cert_dir_without_permission_as_a_real_user(tmp_path: Path) -> None:
         2,
         f"gpu-admission serve: error: {locked}: cannot read the certificate directory: Permission denied\n",
     )
+
+
+def test_the_worker_builds_one_policy_holder_for_the_app_and_the_live_source(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from webhook.cluster.cache import ClusterCache
+    from webhook.cluster.reservations import InProcessStore, Ledger
+    from webhook.cluster.source import LiveSource
+    from webhook.policyfile.holder import PolicyHolder
+    from webhook.server.app import EXTENSION, ServerConfig, create_app
+
+    built: list[LiveSource] = []
+
+    def build_source(**kwargs: Any) -> LiveSource:
+        holder = kwargs["policy"]
+        built.append(LiveSource(ClusterCache(), Ledger(InProcessStore()), holder.get))
+        return built[-1]
+
+    monkeypatch.setattr(serve, "_live_source_builder", lambda: build_source)
+    path = tmp_path / "policy.yaml"
+    path.write_text("defaults:\n  placement: binpack\n")
+    holder = PolicyHolder(str(path), check_interval=0.0)
+    source = serve._source_factory(parse("--in-cluster", "--policy", str(path)), "gpu-admission")(holder)
+    app = create_app(ServerConfig(source=source, policy=holder))
+    handler = app.extensions[EXTENSION]
+    assert handler.policy is holder and built == [source]
+    path.write_text("defaults:\n  placement: spread\n")
+    os.utime(path, (2_000_000_000, 2_000_000_000))
+    assert handler.policy.get().placement == source.policy().placement == "spread"  # one reload, seen by both

@@ -22,6 +22,7 @@ from webhook.core.placement.group_room import GroupOutcomes, has_domains
 from webhook.core.placement.groups import GroupRef
 from webhook.core.placement.state import add_to_node, index_of, with_usage
 from webhook.core.policy.model import Policy
+from webhook.policyfile.holder import PolicyHolder
 
 from .cache import ClusterCache
 from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members
@@ -339,6 +340,7 @@ def build_source(
     in_cluster: bool = False,
     namespace: str = "gpu-admission",
     policy_file: str | None = None,
+    policy: PolicyHolder | None = None,
     reservations: str | None = None,
     start: bool = True,
     freeze_gc: bool = True,
@@ -346,12 +348,12 @@ def build_source(
     """A LiveSource watching the cluster (started unless `start` is False).
 
     `reservations`: "memory" (in-process; one replica, the default) or "api" (ConfigMaps in
-    `namespace`, shared by two or more replicas); None reads $GPU_ADMISSION_RESERVATIONS.
+    `namespace`, shared by two or more replicas); None reads $GPU_ADMISSION_RESERVATIONS. `policy`: the
+    process's holder, shared with the server (`serve` passes it); None makes one for `policy_file`.
     """
     import os
 
     from webhook.errors import UserError
-    from webhook.policyfile.holder import PolicyHolder
 
     from .cache import KINDS
     from .config import load_api_client
@@ -364,25 +366,25 @@ def build_source(
     if kind not in ("memory", "api"):
         raise UserError(f"reservations must be memory or api, got {kind!r}")
     api_client = load_api_client(kubeconfig, context, in_cluster_only=in_cluster and kubeconfig is None)
-    holder = PolicyHolder(policy_file)
-    policy: Policy = holder.get()
+    holder = policy or PolicyHolder(policy_file)
+    current: Policy = holder.get()
     store: ReservationStore
     group_store: ReservationStore
     if kind == "api":
         from kubernetes import client
 
-        keep = policy.stale_after_seconds + policy.stale_grace_seconds
+        keep = current.stale_after_seconds + current.stale_grace_seconds
         core_api = client.CoreV1Api(api_client)
         store, group_store = ApiStore(core_api, namespace), GroupApiStore(core_api, namespace)
     else:
         store, group_store, keep = InProcessStore(), InProcessStore(), 0.0
     cache = ClusterCache(dra_classes=lambda: holder.get().dra_device_classes)
     # A group keeps its domain while its controller re-creates a pod: longer than any reservation counts.
-    grace = max(300.0, policy.reservation_ttl_seconds + keep)
-    source = LiveSource(cache, Ledger(store, ttl_seconds=policy.reservation_ttl_seconds), holder.get, keep_seconds=keep,
-                        groups=GroupLedger(group_store, grace_seconds=grace))
+    grace = max(300.0, current.reservation_ttl_seconds + keep)
+    source = LiveSource(cache, Ledger(store, ttl_seconds=current.reservation_ttl_seconds), holder.get,
+                        keep_seconds=keep, groups=GroupLedger(group_store, grace_seconds=grace))
     lister = KubeLister(api_client)
-    watch_timeout = int(max(10.0, min(60.0, policy.stale_after_seconds / 2)))
+    watch_timeout = int(max(10.0, min(60.0, current.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]
     source.upkeep = Upkeep(source, reflectors, freeze_gc=freeze_gc)
     if start:

@@ -89,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.policyfile.holder import PolicyHolder
     from webhook.server.app import ServerConfig, create_app
     from webhook.server.gunicorn_app import GunicornOptions, serve_forever
     from webhook.server.logs import configure_logging
@@ -106,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
     options = GunicornOptions(bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level)
 
     def app_factory() -> Any:
-        # Runs in the worker, after the fork: a live source starts its watch threads here.
+        # Runs in the worker, after the fork: a live source starts its watch threads here. One policy
+        # holder per process, read by the app and by the live source alike.
+        policy = PolicyHolder(args.policy)
         config = ServerConfig(
-            source=source_factory(),
+            source=source_factory(policy),
             namespace=namespace,
-            policy_file=args.policy,
+            policy=policy,
             cert_file=tls_files.cert_file,
             record_key=record_key,
         )
@@ -197,7 +200,8 @@ def _live_source_builder() -> Any:
 
 
 def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
-    """A callable making the snapshot source in the worker; static snapshots are loaded now, in the parent."""
+    """A callable making the snapshot source in the worker from the worker's policy holder; static
+    snapshots are loaded now, in the parent."""
     from webhook.server.source import StaticSource
 
     reservations = _reservation_store(args)
@@ -211,7 +215,8 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
                     "own reservations and admit past a quota; use --reservations api or --workers 1"
                 )
 
-            def live_source() -> Any:
+            def live_source(policy: Any = None) -> Any:
+                shared = {} if policy is None else {"policy": policy}  # the worker's holder, when given
                 return build_source(
                     kubeconfig=args.kubeconfig,
                     context=args.context,
@@ -219,6 +224,7 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
                     namespace=namespace,
                     policy_file=args.policy,
                     reservations=reservations,
+                    **shared,
                 )
 
             return live_source
@@ -246,4 +252,4 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
     except ValueError as err:
         raise UserError(f"{description}: {err}") from None
     source = StaticSource(snapshot, description=description)
-    return lambda: source
+    return lambda _policy=None: source

@@ -23,7 +23,8 @@ def _load_policy(path: str | None) -> Any:
 
 
 class PolicyHolder:
-    """Holds the current Policy; `get()` is what every admission calls."""
+    """Holds the current Policy; `get()` is what every admission calls. One per process: `serve` builds
+    it and hands it to the app and to the live cluster source, so both read the same policy."""
 
     def __init__(
         self,
@@ -38,11 +39,15 @@ class PolicyHolder:
         self._loader = loader
         self._clock = clock
         self._interval = check_interval
-        self._on_failure = on_failure
+        self._listeners: list[Callable[[str], None]] = [on_failure] if on_failure is not None else []
         self._lock = threading.Lock()
         self._stamp = self._file_stamp()
         self._policy = loader(path)
         self._next_check = clock() + check_interval
+
+    def on_failure(self, listener: Callable[[str], None]) -> None:
+        """Call `listener` with the reason each time a changed file fails to load (the server's metric)."""
+        self._listeners.append(listener)
 
     def get(self) -> Any:
         if self._path is None or self._clock() < self._next_check:
@@ -65,8 +70,8 @@ class PolicyHolder:
             self._stamp = stamp  # report once per change, not once a second
             message = " ".join(str(err).split())
             log.error("policy file %s not reloaded, previous policy stays in force: %s", self._path, message)
-            if self._on_failure is not None:
-                self._on_failure(message)
+            for listener in self._listeners:
+                listener(message)
             return
         self._policy = policy
         self._stamp = stamp

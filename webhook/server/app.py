@@ -40,7 +40,7 @@ class ServerConfig:
     core: AdmissionCore | None = None
     """The decision functions; None: the real allocation core."""
     policy: PolicyHolder | None = None
-    """A ready-made policy holder (tests); overrides `policy_file`."""
+    """The process's policy holder (`serve` shares it with the live source); overrides `policy_file`."""
     record_key: bytes | None = None
     """The key that seals decision records; every process and replica of one webhook needs the same one
     (`serve` reads it from $GPU_ADMISSION_RECORD_KEY_FILE, the chart's Secret). None: a random key."""
@@ -50,9 +50,8 @@ def create_app(config: ServerConfig) -> Flask:
     app = Flask("webhook.server")
     app.config["MAX_CONTENT_LENGTH"] = None  # the admission handler enforces its own limit (413)
     metrics = AdmissionMetrics(config.source, config.cert_file)
-    policy = config.policy or PolicyHolder(
-        config.policy_file, on_failure=lambda _message: metrics.policy_reload_failures.inc()
-    )
+    policy = config.policy or PolicyHolder(config.policy_file)
+    policy.on_failure(lambda _message: metrics.policy_reload_failures.inc())
     metrics.policy = policy.get  # the workload mix gauge shows the policy's mix
     handler = AdmissionHandler(
         source=config.source,

@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.core.admission import admit  # noqa: E402
 from webhook.core.domain.model import Allocation, Gpu, Namespace, Node, NodeUsage, Snapshot  # noqa: E402
+from webhook.core.domain.names import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION  # noqa: E402
 from webhook.core.placement.group_room import domain_free, split_domain  # noqa: E402
-from webhook.core.placement.groups import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupRecord, commit, group_of  # noqa: E402
+from webhook.core.placement.groups import GroupRecord, commit, group_of
 from webhook.core.placement.state import add_to_node, index_of, with_allocation, with_usage  # noqa: E402  # noqa: E402
 from webhook.core.policy.model import Policy  # noqa: E402
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from webhook.core.domain.model import Allocation, TopologyClass
+from webhook.core.domain.names import GROUP_SIZE_ANNOTATION
 from webhook.core.placement.group_place import placed_here as _group_of
-from webhook.core.placement.groups import GROUP_SIZE_ANNOTATION, group_of, names_no_group
+from webhook.core.placement.groups import group_of, names_no_group
 from webhook.core.podspec import record
 from webhook.core.podspec.record import Sealed, read_sealed, seal, sealed_text
 from webhook.core.podspec.workload import describe

@@ -8,7 +8,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.agent.publish import GROUP, KIND, PLURAL, VERSION
+from webhook.agent.publish import KIND, PLURAL, VERSION
+from webhook.core.domain.names import GROUP
 from webhook.core.podspec.inventory import (
     OPTIONAL_GPU_FIELDS,
     OPTIONAL_TOP_LEVEL_FIELDS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import ALLOCATION
 
 
 def _pod(env: list[dict[str, Any]], *, record: bool, gpu: bool = True) -> dict[str, Any]:

@@ -13,10 +13,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-GROUP = "gpu-admission.io"
-VERSION = "v1alpha1"
-PLURAL = "gpuinventories"
-KIND = "GPUInventory"
+from webhook.core.domain.names import GROUP, INVENTORY_KIND, INVENTORY_PLURAL, INVENTORY_VERSION
+
+VERSION, PLURAL, KIND = INVENTORY_VERSION, INVENTORY_PLURAL, INVENTORY_KIND
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-admission-agent"}
 MAX_ATTEMPTS = 3
 

@@ -28,12 +28,12 @@ from webhook.core.domain.model import (
     Usage,
     usage_of,
 )
+from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.shapes import Shape
 from webhook.core.placement.mixlearn import Histogram
 from webhook.core.placement.state import carry_index
 from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.podspec.resources import is_gpu_pod
-from webhook.core.podspec.vendors import ALLOCATION
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .observe import models_of, pod_shape

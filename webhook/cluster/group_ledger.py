@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.core.domain.model import Allocation
+from webhook.core.domain.names import LEDGER_LABEL, MANAGED_BY_LABEL
 from webhook.core.placement.group_room import domain_free, split_domain, unseen_members
 from webhook.core.placement.groups import (
     GroupRecord,
@@ -106,7 +107,7 @@ class GroupApiStore(ApiStore):
             "metadata": {
                 "name": self.config_map,
                 "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "gpu-admission", "gpu-admission.io/ledger": "groups"},
+                "labels": {MANAGED_BY_LABEL: "gpu-admission", LEDGER_LABEL: "groups"},
             },
             "data": {self.DATA_KEY: json.dumps([e.to_json() for e in entries], separators=(",", ":"))},
         }
@@ -244,7 +245,7 @@ def records_in(objects: Any) -> dict[str, GroupRecord]:
         if not isinstance(meta, Mapping) or obj.get("kind") != "ConfigMap":
             continue
         labels = meta.get("labels")
-        if not isinstance(labels, Mapping) or labels.get("gpu-admission.io/ledger") != "groups":
+        if not isinstance(labels, Mapping) or labels.get(LEDGER_LABEL) != "groups":
             continue
         data = obj.get("data")
         try:

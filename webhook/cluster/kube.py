@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-INVENTORY_GROUP = "gpu-admission.io"
-INVENTORY_VERSION = "v1alpha1"
-INVENTORY_PLURAL = "gpuinventories"
+from webhook.core.domain.names import GROUP as INVENTORY_GROUP
+from webhook.core.domain.names import INVENTORY_KIND, INVENTORY_PLURAL, INVENTORY_VERSION
+
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"  # GA in Kubernetes 1.34
 # Kinds served by CustomObjectsApi (group, version, plural) that a cluster may lack: the GPUInventory
 # CRD when not installed, resource.k8s.io/v1 before Kubernetes 1.34. Absent: an empty list, looked for again.
@@ -30,7 +30,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "pods": ("v1", "Pod"),
     "namespaces": ("v1", "Namespace"),
     "resourcequotas": ("v1", "ResourceQuota"),
-    INVENTORY_PLURAL: (f"{INVENTORY_GROUP}/{INVENTORY_VERSION}", "GPUInventory"),
+    INVENTORY_PLURAL: (f"{INVENTORY_GROUP}/{INVENTORY_VERSION}", INVENTORY_KIND),
     "resourceclaims": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaim"),
     "resourceclaimtemplates": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaimTemplate"),
     "configmaps": ("v1", "ConfigMap"),

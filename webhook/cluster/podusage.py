@@ -9,9 +9,9 @@ from typing import Any
 
 from webhook.core.admission.isolation import TERMINAL_PHASES
 from webhook.core.domain.model import Allocation, GpuUsage, Node
+from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.record import allocation_from_json
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import ALLOCATION
 
 from .held import env_share_of, held_of, record_nonce, without_share_annotations
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from webhook.core.admission.isolation import NO_POD_READS, Reads
 from webhook.core.domain.decision import Decision
 from webhook.core.domain.model import Allocation
+from webhook.core.domain.names import LEDGER_LABEL, LEDGER_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL
 from webhook.core.podspec.record import allocation_from_json, allocation_to_json
 
 from .watch import status_code
@@ -267,8 +268,8 @@ class ApiStore:
             "metadata": {
                 "name": self.name_of(namespace),
                 "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "gpu-admission", "gpu-admission.io/ledger": "true"},
-                "annotations": {"gpu-admission.io/ledger-namespace": namespace},
+                "labels": {MANAGED_BY_LABEL: "gpu-admission", LEDGER_LABEL: "true"},
+                "annotations": {LEDGER_NAMESPACE_ANNOTATION: namespace},
             },
             "data": {self.DATA_KEY: json.dumps([e.to_json() for e in entries], separators=(",", ":"))},
         }

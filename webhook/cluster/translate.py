@@ -28,6 +28,7 @@ from webhook.core.domain.model import (
     Usage,
     usage_of,
 )
+from webhook.core.domain.names import INVENTORY_ANNOTATION, QUOTA_CORES, QUOTA_GPUS, QUOTA_MEMORY
 from webhook.core.domain.vendor_quota import quota_key
 from webhook.core.placement.mig import offer_of, whole_cards
 from webhook.core.podspec.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
@@ -51,12 +52,11 @@ CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
      "ConfigMap"}
 )
-INVENTORY_ANNOTATION = "gpu-admission.io/inventory"
 # ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
 QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
-    "gpus": ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu", "nvidia.com/gpu"),
-    "memory_mib": ("limits.nvidia.com/gpumem", "requests.nvidia.com/gpumem", "nvidia.com/gpumem"),
-    "cores": ("limits.nvidia.com/gpucores", "requests.nvidia.com/gpucores", "nvidia.com/gpucores"),
+    "gpus": (QUOTA_GPUS, "limits.nvidia.com/gpu", "nvidia.com/gpu"),
+    "memory_mib": (QUOTA_MEMORY, "requests.nvidia.com/gpumem", "nvidia.com/gpumem"),
+    "cores": (QUOTA_CORES, "requests.nvidia.com/gpucores", "nvidia.com/gpucores"),
 }
 # Default model names for vendors whose nodes are known only by their allocatable resources.
 VENDOR_MODEL = {"cambricon": "MLU", "hygon": "DCU"}

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
 from webhook.core.domain.decision import Decision, allowed
+from webhook.core.domain.names import GROUP as INVENTORY_GROUP
+from webhook.core.domain.names import INVENTORY_PLURAL as INVENTORY_RESOURCE
 from webhook.core.placement.group_place import placed_here
 from webhook.core.podspec.workload import describe as describe_workload
 from webhook.policyfile.holder import PolicyHolder
@@ -27,8 +29,6 @@ from .source import SnapshotSource
 
 log = logging.getLogger(ADMISSION_LOGGER)
 
-INVENTORY_GROUP = "gpu-admission.io"
-INVENTORY_RESOURCE = "gpuinventories"
 CLAIM_GROUP = "resource.k8s.io"
 CLAIM_RESOURCES = ("resourceclaims", "resourceclaimtemplates")
 ALWAYS_EXCLUDED = ("kube-system",)

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhook.core.domain.model import QuotaLimits, Snapshot
+from webhook.core.domain.names import QUOTA_CORES, QUOTA_GPUS, QUOTA_MEMORY
 from webhook.core.placement.mixlearn import mix_in_use
 from webhook.core.policy.model import Policy
 
@@ -26,9 +27,9 @@ from .tls import CLIENT_TIMEOUT, connections_cut_off
 # Admissions answer in milliseconds; the API server gives up after its timeout (5 s in the chart).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 QUOTA_KEYS = (
-    ("gpus", "requests.nvidia.com/gpu"),
-    ("memory_mib", "limits.nvidia.com/gpumem"),
-    ("cores", "limits.nvidia.com/gpucores"),
+    ("gpus", QUOTA_GPUS),
+    ("memory_mib", QUOTA_MEMORY),
+    ("cores", QUOTA_CORES),
 )
 
 

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
+from webhook.core.domain.names import GROUP
 from webhook.core.podspec.inventory import InventoryError, check_inventory
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-INVENTORY_GROUP = "gpu-admission.io"
+INVENTORY_GROUP = GROUP
 INVENTORY_RESOURCE = "gpuinventories"
 GUARDED_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, patched, warning
 from webhook.core.domain.model import Allocation, EnvReader, PodRequest, Snapshot
+from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.limits import (
     GPU_POD_ONLY_ENV,
@@ -33,7 +34,7 @@ from webhook.core.podspec.limits import (
 )
 from webhook.core.podspec.patch import pointer
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.vendors import ALLOCATION, is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
+from webhook.core.podspec.vendors import is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
 from webhook.core.policy.model import Policy
 
 from . import env_pins

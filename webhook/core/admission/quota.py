@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.core.domain.model import QuotaLimits, Snapshot, Usage
+from webhook.core.domain.names import QUOTA_CORES, QUOTA_GPUS, QUOTA_MEMORY
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.vendor_quota import UNITS
 
 KEYS = (
-    ("gpus", "requests.nvidia.com/gpu", ""),
-    ("memory_mib", "limits.nvidia.com/gpumem", " MiB"),
-    ("cores", "limits.nvidia.com/gpucores", "%"),
+    ("gpus", QUOTA_GPUS, ""),
+    ("memory_mib", QUOTA_MEMORY, " MiB"),
+    ("cores", QUOTA_CORES, "%"),
 )
 NEAR_LIMIT = 0.9
 

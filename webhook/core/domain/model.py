@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from .names import ENABLED_LABEL
 from .refusal import Refusal
 from .shapes import Observed
 from .vendor_quota import CAMBRICON, HYGON, MIG_KEY
@@ -155,7 +156,7 @@ class Namespace:
 
     @property
     def managed(self) -> bool:
-        return self.labels.get("gpu-admission.io/enabled") == "true"
+        return self.labels.get(ENABLED_LABEL) == "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +341,15 @@ class TopologyClass(StrEnum):
     NVLINK = "nvlink"  # every pair linked by NVLink
     MIXED = "mixed"  # some pairs NVLink, some PCIe
     PCIE = "pcie"  # no NVLink between any pair
+
+
+# Expected communication loss of a multi-GPU set per topology class (policy `topologyLoss` overrides).
+DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
+    TopologyClass.SINGLE: 0.0,
+    TopologyClass.NVLINK: 0.03,
+    TopologyClass.MIXED: 0.20,
+    TopologyClass.PCIE: 0.375,
+}
 
 
 class Option(NamedTuple):

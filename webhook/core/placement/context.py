@@ -6,21 +6,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest, TopologyClass
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Node, NodeUsage, Option, PodRequest, TopologyClass
+from webhook.core.domain.names import PLACEMENT_POLICIES
 
 from .nodeconstraints import NodeConstraints, Toleration
 
-POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
+POLICIES = PLACEMENT_POLICIES
 
 # A custom scorer: (request, node, node usage, candidate option) -> score, higher is better.
 Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
 
-DEFAULT_LOSS: Mapping[TopologyClass, float] = {
-    TopologyClass.SINGLE: 0.0,
-    TopologyClass.NVLINK: 0.03,
-    TopologyClass.MIXED: 0.20,
-    TopologyClass.PCIE: 0.375,
-}
+DEFAULT_LOSS = DEFAULT_TOPOLOGY_LOSS
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Placement, PodRequest, Snapshot
+from webhook.core.domain.names import GROUP_TOPOLOGY_ANNOTATION
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import GROUP_MODES, Policy
 
 from .context import PlacementContext
-from .groups import GROUP_TOPOLOGY_ANNOTATION, GroupRecord, GroupRef, group_of, names_no_group
+from .groups import GroupRecord, GroupRef, group_of, names_no_group
 from .nodeindex import LEVELS, NodeClass, NodeIndex, State, Statics
 from .place import place
 from .state import index_of

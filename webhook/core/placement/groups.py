@@ -40,12 +40,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.domain.names import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION
 from webhook.core.podspec import workload
 from webhook.core.podspec.vendors import mapping_of
-
-GROUP_ANNOTATION = "gpu-admission.io/group"
-GROUP_SIZE_ANNOTATION = "gpu-admission.io/group-size"
-GROUP_TOPOLOGY_ANNOTATION = "gpu-admission.io/group-topology"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import TopologyPreference
+from webhook.core.domain.names import GPU_PLACEMENTS
 
 from .vendors import HAMI_GPU_POLICIES, HAMI_GPU_POLICY, HAMI_NUMA_BIND, VGPU_MODES
 
 MUTEX = "+mutex"  # suffix of a GPU policy: only GPUs no task uses (HAMi's mutex filter)
-_SORT_KEYS = ("binpack", "spread")
+_SORT_KEYS = GPU_PLACEMENTS
 
 
 class GpuPolicy(NamedTuple):

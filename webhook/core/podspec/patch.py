@@ -17,13 +17,13 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.core.domain.model import Allocation, ContainerRequest, PodRequest
+from webhook.core.domain.names import MANAGED_LABEL
 
 from .limits import limit_env
 from .record import ANNOTATION, allocation_to_json
 from .vendors import classify_resource, count_name_of, is_mapping, kept_for_scheduler, list_of
 from .vendors import mapping_of as _map
 
-MANAGED_LABEL = "gpu-admission.io/managed"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 Op = dict[str, Any]

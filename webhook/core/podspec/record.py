@@ -18,8 +18,9 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Allocation, ContainerRequest, TopologyClass
+from webhook.core.domain.names import ALLOCATION
 
-ANNOTATION = "gpu-admission.io/allocation"
+ANNOTATION = ALLOCATION  # the decision record
 SEAL = "seal"
 REQUIRED = "required"
 GROUP_REQUIRED = "groupRequired"  # the group's domain requirement (core/group_place.py), when required

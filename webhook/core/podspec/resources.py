@@ -7,17 +7,17 @@ what to change, so the webhook and `check` answer the same thing for the same po
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from webhook.core.domain.model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
+from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES, TOPOLOGY
 from webhook.core.domain.refusal import Refusal
 
 from .dialects import gpu_policy, numa_bind
 from .limits import is_pin
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
-    ALLOCATION,
     GPU_REQUEST_ANNOTATIONS,
     HAMI_NODE_POLICY,
     HAMI_NUMA_BIND,
@@ -27,10 +27,7 @@ from .vendors import (
     KAI_MEMORY,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
-    PLACEMENT,
-    PLACEMENT_POLICIES,
     SELECTORS,
-    TOPOLOGY,
     VENDORS,
     VendorResources,
     classify_resource,
@@ -348,7 +345,7 @@ def _selectors(annotations: Mapping[str, Any], vendor: str) -> tuple[tuple[str, 
 
 
 def _choice(
-    annotations: Mapping[str, Any], key: str, allowed: frozenset[str], notes: _Notes, strict: bool = True
+    annotations: Mapping[str, Any], key: str, allowed: Collection[str], notes: _Notes, strict: bool = True
 ) -> str | None:
     """An enumerated annotation. Ours (strict) deny bad values; other dialects' are ignored with a warning."""
     value = annotations.get(key)

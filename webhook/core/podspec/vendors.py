@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any, TypeGuard
 
 from webhook.core.domain.model import GpuRequest
+from webhook.core.domain.names import ALLOCATION, GPU_PLACEMENTS
 
 from .limits import GPU_POD_ONLY_ENV, NO_DEVICES, is_isolation_env, is_pin
 from .quantity import QuantityError, parse_quantity
@@ -109,9 +110,6 @@ def memory_name(vendor: str) -> str:
     return (row.memory or "nvidia.com/gpumem").replace("<model>", "mlu")
 
 
-ALLOCATION = "gpu-admission.io/allocation"
-PLACEMENT = "gpu-admission.io/placement"
-TOPOLOGY = "gpu-admission.io/topology"
 KAI_FRACTION = "gpu-fraction"
 KAI_FRACTION_DEVICES = "gpu-fraction-num-devices"
 KAI_MEMORY = "gpu-memory"
@@ -123,10 +121,7 @@ HAMI_NUMA_BIND = "nvidia.com/numa-bind"
 VGPU_MODES: tuple[str, ...] = ("nvidia.com/vgpu-mode", "volcano.sh/vgpu-mode")
 # Annotations that make a pod a GPU pod on their own (a request, or our own decision record).
 GPU_REQUEST_ANNOTATIONS: frozenset[str] = frozenset({KAI_FRACTION, KAI_MEMORY, ALLOCATION})
-PLACEMENT_POLICIES: frozenset[str] = frozenset(
-    {"random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation"}
-)
-HAMI_POLICIES: frozenset[str] = frozenset({"binpack", "spread"})
+HAMI_POLICIES: frozenset[str] = frozenset(GPU_PLACEMENTS)
 # hami.io/gpu-scheduler-policy: a comma list of sort keys (binpack, spread, numa) and filters (topology-aware,
 # mutex), as HAMi's pkg/scheduler/policy and util.PolicyContains read it.
 HAMI_GPU_POLICIES: frozenset[str] = frozenset({"binpack", "spread", "numa", "topology-aware", "mutex"})

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import TopologyClass, TopologyPreference
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, TopologyClass, TopologyPreference
+from webhook.core.domain.names import GPU_PLACEMENTS, PLACEMENT_POLICIES
 from webhook.core.podspec.vendors import is_gpu_resource
 
-BUILTIN_PLACEMENTS = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
-GPU_PLACEMENTS = ("binpack", "spread")
+BUILTIN_PLACEMENTS = PLACEMENT_POLICIES
 SLICE_DEFAULTS = ("hami", "proportional")
 BACKENDS = ("hami-core", "mps", "none")
 WHEN_FULL = ("admit", "deny")
@@ -31,13 +31,6 @@ ENV_FROM_ACTIONS = ("neutralise", "deny", "warn")
 # domains today keeps admitting them (split, with a warning) instead of refusing them on upgrade.
 GROUP_LEVELS = ("nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone")
 GROUP_MODES = ("required", "preferred", "none")
-
-DEFAULT_TOPOLOGY_LOSS: Mapping[TopologyClass, float] = {
-    TopologyClass.SINGLE: 0.0,
-    TopologyClass.NVLINK: 0.03,
-    TopologyClass.MIXED: 0.20,
-    TopologyClass.PCIE: 0.375,
-}
 
 PlacementSpec = str | Mapping[str, float]
 

@@ -116,7 +116,7 @@ def check_length(length: int | None) -> None:
 
 
 def parse_review(body: bytes) -> IncomingReview:
-    """The envelope checks of DESIGN section 4: each failure is a 400 (or 413) with a reason."""
+    """The envelope checks: each failure is a 400 (or 413) with a reason the API server logs."""
     check_length(len(body))
     if not body.strip():
         raise ReviewError(400, "empty body: expected an AdmissionReview")

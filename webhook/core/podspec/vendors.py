@@ -347,7 +347,7 @@ def containers_of(spec: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str,
 
 
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
-    """Cheap test for the webhook's fast path: DESIGN's GPU-pod definition, nothing more."""
+    """Cheap test for the webhook's fast path: a GPU resource or a GPU annotation, nothing more."""
     annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
     if annotations and not GPU_REQUEST_ANNOTATIONS.isdisjoint(annotations):
         return True

@@ -10,7 +10,7 @@ thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
 from webhook.core.podspec.vendors import VENDORS
@@ -109,14 +109,16 @@ def _candidates(
             continue
         if include is not None:
             masks = include if reachable is None else {n: m for n, m in include.items() if n in reachable}
-            _restricted(index, shape, verdict, demand, token, gpu_policy, masks, True, out, reject, eligible,
-                        len(shape.names) if reachable is None else len(reachable))
+            pinned = _restricted(index, shape, verdict, demand, token, gpu_policy, masks, True)
+            _take(pinned, out, reject, eligible)
+            here = sum(1 for n in masks if index.statics.shape_of[n] is shape)
+            reject("uuid", (len(shape.names) if reachable is None else len(reachable)) - here)  # not named
             continue
         special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape} if exclude else _NONE
         if special and reachable is not None:
             special = {n: m for n, m in special.items() if n in reachable}
         if special:
-            _restricted(index, shape, verdict, demand, token, gpu_policy, special, False, out, reject, eligible, 0)
+            _take(_restricted(index, shape, verdict, demand, token, gpu_policy, special, False), out, reject, eligible)
         if eligible is not None:
             names_here = shape.names if reachable is None else list(reachable)
             eligible.extend(n for n in names_here if n not in special) if special else eligible.extend(names_here)
@@ -168,42 +170,46 @@ def _candidates(
     return out
 
 
-def _restricted(
-    index: NodeIndex,
-    shape: Shape,
-    fit: Fit,
-    demand: Demand,
-    token: int,
-    gpu_policy: str,
-    masks: Mapping[str, int],
-    only: bool,
-    out: list[Candidate],
-    reject: Callable[[str, int], None],
-    eligible: list[str] | None,
-    reachable: int,
-) -> None:
-    """Nodes whose GPUs the pod names by UUID, one at a time (there are few). `reachable`: how many nodes
-    of the shape the pod's constraints allow (the others are counted already)."""
+class _Pinned(NamedTuple):
+    """What looking at nodes one by one found: candidates, rejections in the order met, eligible names."""
+
+    candidates: list[Candidate]
+    rejected: dict[str, int]
+    eligible: list[str]
+
+
+def _restricted(index: NodeIndex, shape: Shape, fit: Fit, demand: Demand, token: int, gpu_policy: str,
+                masks: Mapping[str, int], only: bool) -> _Pinned:
+    """The nodes of `shape` among `masks`, one at a time (there are few): the pod names GPUs by UUID, and
+    `masks` has each node's named GPUs, which it may use only (`only`) or must not use."""
+    found = _Pinned([], {}, [])
     for name in sorted(masks):
         if index.statics.shape_of[name] is not shape:
             continue
         allowed = fit.allowed & masks[name] if only else fit.allowed & ~masks[name]
         if allowed.bit_count() < demand.count:
-            reject("uuid", 1)
+            found.rejected["uuid"] = found.rejected.get("uuid", 0) + 1
             continue
         if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
-            reject("topology", 1)
+            found.rejected["topology"] = found.rejected.get("topology", 0) + 1
             continue
-        if eligible is not None:
-            eligible.append(name)
+        found.eligible.append(name)
         state = shape.state(index.usage(name))
         choice = choose_gpus(state, fit, allowed, demand, gpu_policy, token)
         if isinstance(choice, str):
-            reject(choice, 1)
+            found.rejected[choice] = found.rejected.get(choice, 0) + 1
         else:
-            out.append(Candidate(state, (name,), choice, fit, allowed))
-    if only:
-        reject("uuid", reachable - sum(1 for n in masks if index.statics.shape_of[n] is shape))
+            found.candidates.append(Candidate(state, (name,), choice, fit, allowed))
+    return found
+
+
+def _take(pinned: _Pinned, out: list[Candidate], reject: Callable[[str, int], None],
+          eligible: list[str] | None) -> None:
+    out.extend(pinned.candidates)
+    for reason, count in pinned.rejected.items():
+        reject(reason, count)
+    if eligible is not None:
+        eligible.extend(pinned.eligible)
 
 
 # -- the decision -------------------------------------------------------------------------------

@@ -41,17 +41,31 @@ def score_all(
     nodes: Mapping[str, Node],
     token: Callable[[Any], int],
 ) -> None:
-    """Set each candidate's score; a weighted combination min-max normalises each policy first."""
+    """Set each candidate's score; a weighted combination min-max normalises each policy first.
+
+    The fragmentation policy also chooses which of a node's equivalent GPUs the pod takes: that choice is
+    made first, and every policy scores it, so the result never depends on the order of the names."""
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
+    fragmentation: list[float] | None = None
+    if "fragmentation" in weights and "fragmentation" not in ctx.scorers:
+        fragmentation = []
+        for cand, (delta, choice) in zip(cands, _fragmentation_choices(cands, demand, ctx, token), strict=True):
+            cand.choice = choice
+            fragmentation.append(-delta)
+
+    def scores_of(name: str) -> list[float]:
+        if name == "fragmentation" and fragmentation is not None:
+            return fragmentation
+        return _policy_scores(name, cands, request, demand, ctx, nodes, token)
+
     if len(weights) == 1:
         ((name, weight),) = weights.items()
-        scores = _policy_scores(name, cands, request, demand, ctx, nodes, token)
-        for cand, value in zip(cands, scores, strict=True):
+        for cand, value in zip(cands, scores_of(name), strict=True):
             cand.score = weight * value
         return
     totals = [0.0] * len(cands)
     for name, weight in sorted(weights.items()):
-        scores = _policy_scores(name, cands, request, demand, ctx, nodes, token)
+        scores = scores_of(name)
         low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
         span = high - low
         for i, value in enumerate(scores):
@@ -73,8 +87,6 @@ def _policy_scores(
         scorer = ctx.scorers[name]
         # Called once per class of equivalent nodes, with the first of them (by name).
         return [scorer(request, nodes[c.names[0]], c.state.usage, option_of(c, c.names[0], ctx)) for c in cands]
-    if name == "fragmentation":
-        return _fragmentation_scores(cands, demand, ctx, token)
     if name == "random":
         rng = random.Random(ctx.seed)
         return [rng.random() for _ in cands]
@@ -149,10 +161,11 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 _BEFORE = "fragmentation: the state before"  # per-class memo key: the same for every request
 
 
-def _fragmentation_scores(
+def _fragmentation_choices(
     cands: list[Candidate], demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]
-) -> list[float]:
-    """Minus the growth of expected fragmentation; shared pods try each distinct GPU of the node.
+) -> list[tuple[float, Choice]]:
+    """Per candidate, the growth of expected fragmentation and the GPUs that least grow it (a shared pod
+    tries each distinct GPU of the node).
 
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
@@ -161,7 +174,7 @@ def _fragmentation_scores(
     placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
     signature = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, mix))
     compiled = None
-    scores = []
+    found_all: list[tuple[float, Choice]] = []
     for cand in cands:
         memo = cand.state.memo
         key = (signature, cand.allowed)
@@ -192,9 +205,8 @@ def _fragmentation_scores(
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
             found = memo[key] = best
-        cand.choice = found[1]
-        scores.append(-found[0])
-    return scores
+        found_all.append(found)
+    return found_all
 
 
 _FREE_AFTER = "fragmentation: free capacity after"  # per-class memo key prefix, with the GPUs taken

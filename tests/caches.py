@@ -15,7 +15,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
     "webhook.core.placement.fragmentation": ("_VECTORS", "_VALUES", "_HELD", "_STATES", "_CARDS", "_HOSTS"),
     "webhook.core.placement.group_place": ("_TABLES",),
-    "webhook.core.admission.admit": ("_CONTEXTS", "_REQUIRED"),
+    "webhook.core.admission.admit": ("_REQUIRED",),
 }
 
 

@@ -106,17 +106,39 @@ class _ByIdentity:
         return value
 
 
-# Placement contexts by policy and the pod's own choices (a context is immutable by convention), and
-# required affinity terms by eligible set (memoised per node set by the placement, so one tuple each).
-_CONTEXTS = _ByIdentity()
+# Required affinity terms by eligible set (memoised per node set by the placement, so one tuple each).
 _REQUIRED = _ByIdentity()
 
 
+class _Contexts:
+    """The placement context of one (namespace, pod choice) under a policy, and the same with the learned
+    mix in force (a context is immutable by convention: the learned mix makes a new one when it changes)."""
+
+    __slots__ = ("base", "learned", "with_learned")
+
+    def __init__(self, base: PlacementContext) -> None:
+        self.base = base
+        self.learned: tuple[WorkloadShape, ...] = ()
+        self.with_learned = base
+
+
 def _context(request: PodRequest, policy: Policy, snapshot: Snapshot) -> PlacementContext:
+    """The pod's placement context, compiled once per policy (kept in `policy.compiled`)."""
     learned = _learned(request, policy, snapshot)
-    # The context holds the learned mix, so its id stays unique while the entry exists.
-    return _CONTEXTS.get(policy, (request.placement, request.gpu_placement, request.namespace, id(learned)),
-                         lambda: _new_context(request, policy, learned))
+    contexts = policy.compiled.contexts
+    key = (request.placement, request.gpu_placement, request.namespace)
+    entry = contexts.get(key)
+    if entry is None:
+        if len(contexts) >= policy.compiled.LIMIT:
+            contexts.clear()
+        entry = contexts[key] = _Contexts(_new_context(request, policy))
+    if not learned:
+        base: PlacementContext = entry.base
+        return base
+    if entry.learned is not learned:  # the learned mix is memoised per histogram: one tuple per mix
+        entry.learned, entry.with_learned = learned, replace(entry.base, workload_mix=learned)
+    found: PlacementContext = entry.with_learned
+    return found
 
 
 def _learned(request: PodRequest, policy: Policy, snapshot: Snapshot) -> tuple[WorkloadShape, ...]:
@@ -130,9 +152,9 @@ def _learned(request: PodRequest, policy: Policy, snapshot: Snapshot) -> tuple[W
     return learned_mix(snapshot.observed, snapshot.nodes)
 
 
-def _new_context(request: PodRequest, policy: Policy, learned: tuple[WorkloadShape, ...] = ()) -> PlacementContext:
+def _new_context(request: PodRequest, policy: Policy) -> PlacementContext:
     spec = request.placement or policy.placement_for(request.namespace)
-    mix = learned or tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
+    mix = tuple(WorkloadShape(m.gpus, m.milli, m.weight) for m in policy.workload_mix)
     return PlacementContext(
         policy=spec,
         gpu_policy=request.gpu_placement or policy.gpu_placement,

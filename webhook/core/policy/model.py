@@ -70,6 +70,17 @@ class MixEntry:
 _NO_RULE = NamespaceRule()  # a namespace without a rule of its own (frozen: shared safely)
 
 
+class Compiled:
+    """What admission derives from one policy and keeps with it: the placement context for each namespace
+    and pod choice (`admission.admit`), made on first use."""
+
+    __slots__ = ("contexts",)
+    LIMIT = 4096  # distinct (namespace, pod choice) pairs kept; all are dropped beyond
+
+    def __init__(self) -> None:
+        self.contexts: dict[tuple[Any, ...], Any] = {}
+
+
 @dataclass(frozen=True)
 class Policy:
     """Everything configurable about admission. `Policy()` is the documented default."""
@@ -113,6 +124,9 @@ class Policy:
     group_topology: str = "preferred"
     # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
+    # What admission compiles from this policy, once (its placement contexts). Not an argument: a policy
+    # made by `dataclasses.replace` starts with its own, empty.
+    compiled: Compiled = field(default_factory=lambda: Compiled(), init=False, compare=False, repr=False)
 
     def rule(self, namespace: str) -> NamespaceRule:
         return self.namespaces.get(namespace, _NO_RULE)

@@ -13,11 +13,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from flask import Flask
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.core.domain.decision import Decision
+from webhook.core.domain.model import Snapshot
+from webhook.policyfile.holder import PolicyHolder
 from webhook.server.admission import AdmissionCore
+from webhook.server.app import ServerConfig, create_app
 from webhook.server.metrics import AdmissionMetrics
+from webhook.server.source import StaticSource
 
 # AdmissionReview bodies: public captures and hand-built ones (tests/fixtures/admissionreview/README.md).
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "admissionreview"
@@ -189,3 +194,41 @@ def samples(metrics: AdmissionMetrics, name: str) -> dict[tuple[tuple[str, str],
             if sample.name == name:
                 found[tuple(sorted(sample.labels.items()))] = sample.value
     return found
+
+
+PATCH = ({"op": "add", "path": "/metadata/labels", "value": {"gpu-admission.io/managed": "true"}},)
+
+
+class Calls:
+    """Records what the core was asked; raises when the fast path should have answered."""
+
+    def __init__(self, decision: Decision | None = None, forbid: bool = False) -> None:
+        self.decision = decision or Decision(allowed=True, patch=PATCH)
+        self.forbid = forbid
+        self.seen: list[tuple[str, Any, Any, str | None]] = []
+
+    def mutate(
+        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
+    ) -> Decision:
+        if self.forbid:
+            raise AssertionError("the core was called on the fast path")
+        self.seen.append(("mutate", pod, policy, namespace))
+        return self.decision
+
+    def validate(
+        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
+    ) -> Decision:
+        if self.forbid:
+            raise AssertionError("the core was called on the fast path")
+        self.seen.append(("validate", pod, policy, namespace))
+        return self.decision
+
+
+def make_app(core: AdmissionCore, source: StaticSource | None = None) -> Flask:
+    config = ServerConfig(
+        source=source or StaticSource(Snapshot()),
+        namespace="gpu-admission",
+        core=core,
+        policy=PolicyHolder(None, loader=lambda _path: "the-policy"),
+    )
+    return create_app(config)

@@ -12,8 +12,8 @@ from typing import Any
 import fake_nvml
 import pytest
 from builders import H100, node, pod, snapshot
+from fake_custom_objects import FakeCustomObjects
 
-from tests.agent.test_agent_publish import FakeCustomObjects
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.publish import InventoryPublisher, inventory_status
 from webhook.agent.toolkit import ToolkitConfigError, read_toolkit

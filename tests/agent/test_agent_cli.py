@@ -15,8 +15,8 @@ from pathlib import Path
 
 import fake_nvml
 import pytest
+from fake_custom_objects import FakeCustomObjects
 
-from tests.agent.test_agent_publish import FakeCustomObjects
 from webhook.agent.discovery import discover
 from webhook.agent.metrics import AgentMetrics
 from webhook.commands import agent as agent_main

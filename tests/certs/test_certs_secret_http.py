@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_certificate_api import CONFIG, MUTATING, NS, SECRET, VALIDATING, FakeApi, chart_args, install_configs
 
-from tests.certs.test_certs_secret import CONFIG, MUTATING, NS, SECRET, VALIDATING, FakeApi, chart_args, install_configs
 from webhook import cli
 from webhook.certs.secret import ApiError
 

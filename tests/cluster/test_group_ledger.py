@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.cluster.test_reservations import FakeConfigMaps, race
-from webhook.cluster.cache import KINDS, ClusterCache
+from group_support import CLIQUE, clique_node, cliques_cache, placed, pod, ref
+from ledger_support import FakeConfigMaps, race
+
+from webhook.cluster.cache import ClusterCache
 from webhook.cluster.group_ledger import (
     CONFIG_MAP,
     REFUSAL_REASON,
@@ -22,62 +24,8 @@ from webhook.cluster.group_ledger import (
 from webhook.cluster.reservations import ApiStore, Ledger
 from webhook.cluster.source import LiveSource
 from webhook.core.domain.decision import Decision
-from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
+from webhook.core.domain.model import Snapshot
 from webhook.core.placement.groups import GroupRecord, GroupRef
-
-H100 = "NVIDIA-H100-80GB-HBM3"
-CLIQUE = "nvidia.com/gpu.clique"
-
-
-def clique_node(name: str, clique: str, gpus: int = 4) -> dict[str, Any]:
-    return {
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {
-            "nvidia.com/gpu.product": H100, "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": str(gpus),
-            CLIQUE: clique,
-        }},
-        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}},
-    }
-
-
-def pod(name: str, node: str | None, gpus: int = 4, namespace: str = "team-a", uid: str = "") -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
-    if node:
-        spec["nodeName"] = node
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
-            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
-
-
-def cliques_cache(cliques: dict[str, int], clock: Callable[[], float] = lambda: 0.0,
-                  pods: list[dict[str, Any]] | None = None) -> ClusterCache:
-    """`cliques`: clique name -> nodes of 4 GPUs in it; namespaces team-a and team-b, no quota."""
-    cache = ClusterCache(clock=clock)
-    cache.replace("nodes", [clique_node(f"{c}-n{i}", c) for c, count in cliques.items() for i in range(count)])
-    cache.replace("namespaces", [{"metadata": {"name": ns, "labels": {"gpu-admission.io/enabled": "true"}}}
-                                 for ns in ("team-a", "team-b")])
-    cache.replace("pods", pods or [])
-    for kind in KINDS:
-        if kind not in ("nodes", "namespaces", "pods"):
-            cache.replace(kind, [])
-        cache.heard(kind)
-    return cache
-
-
-def ref(name: str, size: int = 2, namespace: str = "team-a") -> GroupRef:
-    return GroupRef(namespace, f"pytorchjob/{name}", size, "training.kubeflow.org/job-name")
-
-
-def placed(group: GroupRef, clique: str, node: str, gpus: int = 4) -> Callable[[Snapshot], Decision]:
-    """A stand-in for admit.validate: it returns the allocation the mutation recorded, as validate
-    does, naming the group and the domain the mutation chose."""
-
-    def decide(snapshot: Snapshot) -> Decision:
-        time.sleep(0.001)  # validation takes about this long: racing threads overlap
-        allocation = Allocation(node, tuple(range(gpus)), gpus, 81559, 100, "nvidia", H100, TopologyClass.NVLINK,
-                                0.0, "binpack", group=group.key, domain=f"{CLIQUE}={clique}")
-        return Decision(True, allocation=allocation)
-
-    return decide
 
 
 def replicas(api: FakeConfigMaps, cache: Callable[[], ClusterCache], count: int = 2,
@@ -338,7 +286,7 @@ def test_the_real_core_two_replicas_two_jobs_one_clique_left() -> None:
                              group=group_of(pod, namespace))
 
     first, second = mutated(one, worker("first", 0, "team-a")), mutated(two, worker("second", 0, "team-b"))
-    for pod in (first, second):  # both chose clique a, as a sealed requirement
+    for pod in (first, second):  # noqa: F402 - both chose clique a, as a sealed requirement
         assert json.loads(pod["metadata"]["annotations"]["gpu-admission.io/allocation"])["domain"] == f"{CLIQUE}=a"
     assert validated(one, first).allowed
     refused = validated(two, second)

@@ -10,32 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from group_support import cluster_file
 
 from webhook.cli import main
 
 CLIQUE = "nvidia.com/gpu.clique"
 
 
-def cluster_file(tmp_path: Path, cliques: dict[str, int]) -> str:
-    """8-GPU H100 nodes in cliques (name -> nodes); namespace ml managed."""
-    items = [textwrap.dedent(f"""\
-        - apiVersion: v1
-          kind: Node
-          metadata:
-            name: {clique}-{i}
-            labels: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory: "81559",
-                     nvidia.com/gpu.count: "8", {CLIQUE}: {clique}}}
-          status:
-            allocatable: {{cpu: "200", memory: 2000Gi, nvidia.com/gpu: "8"}}
-        """) for clique, count in cliques.items() for i in range(count)]
-    items.append(textwrap.dedent("""\
-        - apiVersion: v1
-          kind: Namespace
-          metadata: {name: ml, labels: {gpu-admission.io/enabled: "true"}}
-        """))
-    path = tmp_path / "cluster.yaml"
-    path.write_text("apiVersion: v1\nkind: List\nitems:\n" + "".join(items))
-    return str(path)
 
 
 def pytorchjob(tmp_path: Path, workers: int, size: int | None = None) -> str:

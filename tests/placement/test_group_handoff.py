@@ -16,8 +16,8 @@ from typing import Any
 import jsonpatch
 import pytest
 from builders import H100, node, pod, snapshot
+from group_support import cluster_file
 
-from tests.commands.test_check_groups import cluster_file
 from webhook.cli import main
 from webhook.core.admission import admit
 from webhook.core.domain.model import Node, QuotaLimits, Usage
@@ -186,15 +186,11 @@ def test_check_says_whose_topology_it_is(tmp_path: Path, capsys, annotations: st
 def test_the_server_neither_records_nor_counts_a_group_kueue_or_kai_places() -> None:
     # Through the validating webhook: a domainless group pod of the default scheduler would count as
     # "split" in /metrics; one whose topology Kueue TAS or KAI owns is theirs, not split.
-    from tests.server.test_group_metrics import (
-        EXTENSION,
-        LiveSource,
-        app_over,
-        cliques_cache,
-        post,
-        samples,
-        worker_review,
-    )
+    from group_support import app_over, cliques_cache, post, worker_review
+    from server_support import samples
+
+    from webhook.cluster.source import LiveSource
+    from webhook.server.app import EXTENSION
 
     source = LiveSource(cliques_cache({"a": 2}))
     app = app_over(source, {"tas": "", "gated": "", "kai": ""})

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonpatch
 from kubernetes.client.exceptions import ApiException
+from ledger_support import FakeConfigMaps
 from server_support import cluster_objects
 
-from tests.cluster.test_reservations import FakeConfigMaps
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import ApiStore, InProcessStore, Ledger, Reservation, ReservationStore
 from webhook.cluster.source import LiveSource, with_reservations

@@ -4,61 +4,12 @@ nothing on a dry run, and /metrics counts groups placed whole, split and waiting
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from group_support import app_over, cliques_cache, placed, post, ref, worker_review
+from server_support import samples
 
-from server_support import fake_core, gpu_pod_review, samples
-
-from tests.cluster.test_group_ledger import CLIQUE, H100, cliques_cache, placed, ref
 from webhook.cluster.source import LiveSource
-from webhook.core.domain.decision import Decision
-from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
-from webhook.core.placement.groups import group_of
-from webhook.core.policy.model import Policy
-from webhook.policyfile.holder import PolicyHolder
-from webhook.server.app import EXTENSION, ServerConfig, create_app
+from webhook.server.app import EXTENSION
 from webhook.server.source import StaticSource
-
-
-def worker_review(job: str, index: int, namespace: str = "team-a", dry_run: bool | None = None) -> dict[str, Any]:
-    """A PyTorchJob worker pod as the training operator creates it: its labels name the job."""
-    review = gpu_pod_review(namespace, gpus=4, uid=f"r-{job}-{index}", pod_uid=f"{job}-{index}",
-                            name=f"{job}-worker-{index}", dry_run=dry_run)
-    review["request"]["object"]["metadata"].update(
-        labels={"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
-                "training.kubeflow.org/replica-index": str(index),
-                "training.kubeflow.org/operator-name": "pytorchjob-controller"},
-        annotations={"gpu-admission.io/group-size": "2"})
-    return review
-
-
-def domain_core(domains: Mapping[str, str]) -> Any:
-    """A core whose validation returns the allocation the mutation recorded: the job's clique from
-    `domains` ("" for a pod admitted with no domain, as the preferred mode does when none fits)."""
-
-    def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None) -> Decision:
-        group = group_of(pod, namespace or "")
-        assert group is not None
-        job = pod["metadata"]["labels"]["training.kubeflow.org/job-name"]
-        index = int(pod["metadata"]["labels"]["training.kubeflow.org/replica-index"])
-        clique = domains[job]
-        return Decision(True, allocation=Allocation(
-            f"{clique or 'x'}-n{index}", (0, 1, 2, 3), 4, 81559, 100, "nvidia", H100, TopologyClass.NVLINK, 0.0,
-            "binpack", group=group.key, domain=f"{CLIQUE}={clique}" if clique else ""))
-
-    return fake_core(validate=validate)
-
-
-def post(client: Any, review: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/validate", json=review)
-    assert response.status_code == 200
-    answer: dict[str, Any] = response.get_json()["response"]
-    return answer
-
-
-def app_over(source: Any, domains: Mapping[str, str]) -> Any:
-    return create_app(ServerConfig(source=source, core=domain_core(domains),
-                                   policy=PolicyHolder(None, loader=lambda _path: Policy())))
 
 
 def test_the_validating_webhook_records_groups_refuses_the_second_and_counts_them() -> None:
@@ -124,7 +75,7 @@ def test_groups_another_scheduler_places_or_with_groups_off_are_not_recorded_or_
 
 
 def test_a_group_on_a_cluster_without_domains_is_not_counted_split() -> None:
-    from tests.cluster.test_reservations import cluster_cache  # two nodes, no topology labels
+    from ledger_support import cluster_cache  # two nodes, no topology labels
 
     source = LiveSource(cluster_cache(used=0))
     app = app_over(source, {"plain": ""})

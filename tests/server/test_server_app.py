@@ -10,20 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
-from server_support import fake_core, gpu_pod_review
+from server_support import PATCH, Calls, fake_core, gpu_pod_review, make_app
 
 from webhook.core.domain.decision import Decision
 from webhook.core.domain.model import Allocation, Snapshot, TopologyClass
-from webhook.policyfile.holder import PolicyHolder
-from webhook.server.admission import AdmissionCore
-from webhook.server.app import ServerConfig, create_app
 from webhook.server.logs import JsonFormatter
 from webhook.server.source import StaticSource
 
 V1 = "admission.k8s.io/v1"
-PATCH = ({"op": "add", "path": "/metadata/labels", "value": {"gpu-admission.io/managed": "true"}},)
 ALLOCATION = Allocation(
     node=None,
     gpus=(),
@@ -38,39 +33,8 @@ ALLOCATION = Allocation(
 )
 
 
-class Calls:
-    """Records what the core was asked; raises when the fast path should have answered."""
-
-    def __init__(self, decision: Decision | None = None, forbid: bool = False) -> None:
-        self.decision = decision or Decision(allowed=True, patch=PATCH)
-        self.forbid = forbid
-        self.seen: list[tuple[str, Any, Any, str | None]] = []
-
-    def mutate(
-        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
-    ) -> Decision:
-        if self.forbid:
-            raise AssertionError("the core was called on the fast path")
-        self.seen.append(("mutate", pod, policy, namespace))
-        return self.decision
-
-    def validate(
-        self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Any, *, namespace: str | None = None
-    ) -> Decision:
-        if self.forbid:
-            raise AssertionError("the core was called on the fast path")
-        self.seen.append(("validate", pod, policy, namespace))
-        return self.decision
 
 
-def make_app(core: AdmissionCore, source: StaticSource | None = None) -> Flask:
-    config = ServerConfig(
-        source=source or StaticSource(Snapshot()),
-        namespace="gpu-admission",
-        core=core,
-        policy=PolicyHolder(None, loader=lambda _path: "the-policy"),
-    )
-    return create_app(config)
 
 
 def client_for(calls: Calls, source: StaticSource | None = None) -> FlaskClient:

@@ -8,10 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from server_support import fake_core, gpu_pod_review
+from server_support import Calls, fake_core, gpu_pod_review, make_app
 from werkzeug.test import EnvironBuilder
 
-from tests.server.test_server_app import Calls, make_app
 from webhook.server.app import AdmissionLane
 from webhook.server.review import MAX_BODY_BYTES
 

@@ -5,18 +5,40 @@ from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
+
+import webhook
 
 # Memos kept in plain containers (or objects with an `entries` dict), by module. The functools caches
 # need no list: every one defined at module level in webhook is found and cleared.
 MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
-    "webhook.core.placement.fragmentation": ("_VECTORS", "_VALUES", "_HELD", "_STATES", "_CARDS", "_HOSTS"),
+    "webhook.core.placement.fragmentation": (
+        "_VECTORS", "_BY_IDENTITY", "_VALUES", "_HELD", "_STATES", "_CARDS", "_HOSTS",
+    ),
+    "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
     "webhook.core.placement.group_place": ("_TABLES",),
     "webhook.core.admission.admit": ("_REQUIRED",),
 }
+
+# Kind registries that compiled values index into: emptied the way the module drops them when full
+# (a new generation, so that anything compiled against the old indices re-indexes).
+REGISTRIES: dict[str, tuple[str, ...]] = {
+    "webhook.core.placement.fragmentation": ("_REGISTRY",),
+}
+
+# Empty at import but no memo: shared empty mappings never written, a pool worker's own state.
+NOT_MEMOS: dict[str, tuple[str, ...]] = {
+    "webhook.core.placement.nodereach": ("_NOTHING",),
+    "webhook.core.placement.place": ("_NONE",),
+    "webhook.simulate.runner": ("_WORKER",),
+}
+
+_CONTAINERS = (dict, set, list, weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
 
 
 def listed() -> Iterator[tuple[str, str, Any]]:
@@ -26,6 +48,13 @@ def listed() -> Iterator[tuple[str, str, Any]]:
         for name in names:
             memo = getattr(module, name)  # AttributeError: the table above is out of date
             yield module_name, name, getattr(memo, "entries", memo)
+
+
+def registries() -> Iterator[Any]:
+    for module_name, names in REGISTRIES.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            yield getattr(module, name)  # AttributeError: the table above is out of date
 
 
 def functools_caches() -> Iterator[Any]:
@@ -40,5 +69,43 @@ def functools_caches() -> Iterator[Any]:
 def reset() -> None:
     for _, _, memo in listed():
         memo.clear()
+    for registry in registries():
+        registry.indices.clear()
+        registry.generation += 1
     for cached in functools_caches():
         cached.cache_clear()
+
+
+def _held_dict(value: Any) -> dict[Any, Any] | None:
+    """The dict a webhook-defined memo object keeps (`entries` or `indices`), if it is one."""
+    kind = type(value)
+    if not kind.__module__.startswith("webhook.") or isinstance(value, type) or callable(value):
+        return None
+    for attribute in ("entries", "indices"):
+        try:
+            held = object.__getattribute__(value, attribute)
+        except AttributeError:
+            continue
+        if type(held) is dict:
+            return held
+    return None
+
+
+def empty_at_import() -> list[str]:
+    """`module.NAME` of every module-level container (or memo object) in webhook that is empty once
+    imported: a memo, unless NOT_MEMOS says otherwise. Meaningful in a fresh interpreter only."""
+    found: list[str] = []
+    for info in pkgutil.walk_packages(webhook.__path__, "webhook."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if name.startswith("__"):
+                continue
+            kind = type(value)
+            held = value if kind in _CONTAINERS else _held_dict(value)
+            if held is not None and len(held) == 0:
+                found.append(f"{info.name}.{name}")
+    return sorted(set(found))
+
+
+if __name__ == "__main__":
+    print("\n".join(empty_at_import()))

@@ -1,9 +1,15 @@
-"""The cache reset between tests knows every memo it claims to, and empties them."""
+"""The cache reset between tests knows every memo it claims to, finds every one the webhook has, and
+empties them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import caches
 
+from webhook.core.placement import fragmentation
 from webhook.core.podspec import record
 
 
@@ -11,11 +17,28 @@ def test_every_listed_memo_exists_and_can_be_emptied() -> None:
     found = list(caches.listed())
     assert len(found) == sum(len(names) for names in caches.MEMOS.values())
     assert all(hasattr(memo, "clear") for _, _, memo in found)
+    assert all(isinstance(r.indices, dict) for r in caches.registries())
+
+
+def test_every_memo_the_webhook_has_is_listed() -> None:
+    # A fresh interpreter: there a module-level container still empty after import is a memo (a
+    # constant table is filled when written). A new or renamed memo fails here until the table says so.
+    script = Path(caches.__file__)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                         cwd=script.parent.parent).stdout.split()
+    known = {f"{module}.{name}" for table in (caches.MEMOS, caches.REGISTRIES, caches.NOT_MEMOS)
+             for module, names in table.items() for name in names}
+    assert sorted(set(out) - known) == []
+    assert sorted(known - set(out)) == []
 
 
 def test_reset_empties_memos_and_functools_caches() -> None:
     assert any(c.__module__ == "webhook.core.podspec.record" for c in caches.functools_caches())
     record._PARSED[(0, "x")] = None  # type: ignore[assignment]
+    fragmentation._REGISTRY.index((1, 2, 3, 4, 5, ("x",)))  # type: ignore[arg-type]
+    generation = fragmentation._REGISTRY.generation
     caches.reset()
     assert record._PARSED == {}
+    assert fragmentation._REGISTRY.indices == {}
+    assert fragmentation._REGISTRY.generation == generation + 1
     assert all(c.cache_info().currsize == 0 for c in caches.functools_caches())

@@ -14,8 +14,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from flask import Flask
+from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from webhook.cluster.translate import build_snapshot
 from webhook.core.domain.decision import Decision
 from webhook.core.domain.model import Snapshot
 from webhook.policyfile.holder import PolicyHolder
@@ -107,6 +109,13 @@ def cluster_objects(quota_gpus: int | None = None) -> list[dict[str, Any]]:
             }
         )
     return objects
+
+
+def live_app() -> tuple[FlaskClient, StaticSource]:
+    """A fresh server with the real core over `cluster_objects()` (the fixtures' namespaces opted in),
+    and its source, to read the reservations it made."""
+    source = StaticSource(build_snapshot(cluster_objects()))
+    return create_app(ServerConfig(source=source, namespace="gpu-admission")).test_client(), source
 
 
 def gpu_pod_review(

@@ -18,10 +18,8 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 from flask.testing import FlaskClient
-from server_support import FIXTURES, cluster_objects, fixture_review, with_gpu
+from server_support import FIXTURES, fixture_review, live_app, with_gpu
 
-from webhook.cluster.translate import build_snapshot
-from webhook.server.app import ServerConfig, create_app
 from webhook.server.source import StaticSource
 
 SCHEMA = "1.30.0"
@@ -54,12 +52,6 @@ UPDATES = [name for name in NAMES if EXPECTED[name].operation == "UPDATE"]
 # `kubectl debug`: the containers it adds are decided (tests/admission/test_isolation.py); other UPDATEs are not.
 EPHEMERAL = "pod-update-ephemeralcontainers-kubectl-debug.json"
 ENDPOINTS = ("/mutate", "/validate")
-
-
-def app() -> tuple[FlaskClient, StaticSource]:
-    """A fresh server over two 8-GPU H100 nodes, the fixtures' namespaces opted in."""
-    source = StaticSource(build_snapshot(cluster_objects()))
-    return create_app(ServerConfig(source=source, namespace="gpu-admission")).test_client(), source
 
 
 def post(client: FlaskClient, endpoint: str, review: dict[str, Any]) -> dict[str, Any]:
@@ -127,8 +119,10 @@ def test_fixtures_are_valid_pods_of_the_operation_they_claim(name: str) -> None:
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("name", NAMES)
-def test_each_fixture_gets_the_answer_its_shape_calls_for(name: str, endpoint: str) -> None:
-    client, source = app()
+def test_each_fixture_gets_the_answer_its_shape_calls_for(
+    name: str, endpoint: str, live_client: FlaskClient, live_source: StaticSource
+) -> None:
+    client, source = live_client, live_source
     review = fixture_review(name)
     response = post(client, endpoint, review)
     decided = EXPECTED[name].operation == "CREATE" and EXPECTED[name].gpu
@@ -160,8 +154,10 @@ def test_each_fixture_gets_the_answer_its_shape_calls_for(name: str, endpoint: s
 
 
 @pytest.mark.parametrize("name", CREATES)
-def test_a_gpu_create_is_mutated_then_validated_and_reserved_unless_a_dry_run(name: str) -> None:
-    client, source = app()
+def test_a_gpu_create_is_mutated_then_validated_and_reserved_unless_a_dry_run(
+    name: str, live_client: FlaskClient, live_source: StaticSource
+) -> None:
+    client, source = live_client, live_source
     review = fixture_review(name) if EXPECTED[name].gpu else with_gpu(fixture_review(name), 2)
     mutated = post(client, "/mutate", review)
     pod = jsonpatch.apply_patch(review["request"]["object"], patch_of(mutated))
@@ -174,11 +170,11 @@ def test_a_gpu_create_is_mutated_then_validated_and_reserved_unless_a_dry_run(na
     assert list(source.reservations()) == ([] if dry_run else [pod_uid])
 
 
-def test_the_dry_run_fixture_reserves_once_sent_for_real() -> None:
+def test_the_dry_run_fixture_reserves_once_sent_for_real(live_client: FlaskClient, live_source: StaticSource) -> None:
     name = "pod-create-kubectl-dry-run-server.mutating.json"
     review = fixture_review(name)
     assert review["request"]["dryRun"] is True and review["request"]["options"]["dryRun"] == ["All"]
-    client, source = app()
+    client, source = live_client, live_source
     pod = jsonpatch.apply_patch(review["request"]["object"], patch_of(post(client, "/mutate", review)))
     validating = as_validating(review, pod, "3e2d1c0b-9a8f-4e7d-8c6b-5a4f3e2d1c0b")
     assert post(client, "/validate", validating)["allowed"] is True
@@ -196,19 +192,21 @@ def test_updates_are_never_judged_even_of_a_pod_no_node_could_hold(name: str) ->
     for key in ("subResource", "requestSubResource"):
         as_create["request"].pop(key, None)
     for endpoint in ENDPOINTS:
-        client, _source = app()
+        client, _source = live_app()  # a fresh server per endpoint
         assert post(client, endpoint, impossible) == {"uid": impossible["request"]["uid"], "allowed": True}
         assert post(client, endpoint, as_create)["allowed"] is False
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("name", NAMES)
-def test_the_answer_does_not_depend_on_request_kind_resource_or_subresource(name: str, endpoint: str) -> None:
+def test_the_answer_does_not_depend_on_request_kind_resource_or_subresource(
+    name: str, endpoint: str, live_client: FlaskClient
+) -> None:
     """API servers before 1.15 and hand-converted captures leave them out (the connaisseur capture does)."""
     review = fixture_review(name)
     bare = copy.deepcopy(review)
     for key in ("requestKind", "requestResource", "requestSubResource"):
         bare["request"].pop(key, None)
     assert bare != review or name == "pod-create-replicaset-controller-eks.connaisseur.json"
-    client = app()[0]  # one server: it seals its decision records with its own key
+    client = live_client  # one server: it seals its decision records with its own key
     assert post(client, endpoint, bare) == post(client, endpoint, review)

@@ -77,16 +77,18 @@ def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
         ),
     ],
 )
-def test_malformed_review_is_400_with_reason(endpoint: str, raw: bytes, message: str) -> None:
-    response = post(client_for(Calls(forbid=True)), endpoint, raw)
+def test_malformed_review_is_400_with_reason(
+    endpoint: str, raw: bytes, message: str, coreless_client: FlaskClient
+) -> None:
+    response = post(coreless_client, endpoint, raw)
     assert response.status_code == 400
     assert response.mimetype == "application/json"
     assert response.get_json() == status_body(400, "BadRequest", message)
 
 
-def test_body_over_3_mib_is_413() -> None:
+def test_body_over_3_mib_is_413(coreless_client: FlaskClient) -> None:
     big = json.dumps({**gpu_pod_review(), "padding": "x" * (3 * 1024 * 1024)}).encode()
-    response = post(client_for(Calls(forbid=True)), "/mutate", big)
+    response = post(coreless_client, "/mutate", big)
     assert response.status_code == 413
     assert response.get_json() == status_body(
         413, "RequestEntityTooLarge", f"body of {len(big)} bytes exceeds the limit of 3145728 bytes"
@@ -110,9 +112,9 @@ class SilentClient(io.RawIOBase):
         return 1
 
 
-def test_a_body_that_stops_arriving_is_408() -> None:
+def test_a_body_that_stops_arriving_is_408(coreless_client: FlaskClient) -> None:
     """As gunicorn serves it (`wsgi.input_terminated`): the socket's timeout reaches the app."""
-    client = client_for(Calls(forbid=True))
+    client = coreless_client
     response = client.post(
         "/validate",
         content_type="application/json",
@@ -128,16 +130,16 @@ def test_a_body_that_stops_arriving_is_408() -> None:
     )
 
 
-def test_non_json_content_type_is_415() -> None:
-    response = post(client_for(Calls(forbid=True)), "/validate", gpu_pod_review(), content_type="text/yaml")
+def test_non_json_content_type_is_415(coreless_client: FlaskClient) -> None:
+    response = post(coreless_client, "/validate", gpu_pod_review(), content_type="text/yaml")
     assert response.status_code == 415
     assert response.get_json() == status_body(
         415, "UnsupportedMediaType", "content type must be application/json, got text/yaml"
     )
 
 
-def test_get_on_admission_endpoint_is_405() -> None:
-    assert client_for(Calls(forbid=True)).get("/mutate").status_code == 405
+def test_get_on_admission_endpoint_is_405(coreless_client: FlaskClient) -> None:
+    assert coreless_client.get("/mutate").status_code == 405
 
 
 def fast_path_cases() -> list[tuple[str, dict[str, Any]]]:

@@ -1,4 +1,5 @@
-"""Shared fixtures: module-level caches are emptied after every test."""
+"""Shared fixtures: the small clusters and the policy many tests start from, and module-level caches
+emptied after every test."""
 
 from __future__ import annotations
 
@@ -6,9 +7,26 @@ from collections.abc import Iterator
 
 import caches
 import pytest
+from builders import A100, H100, L4, node, snapshot
+from server_support import cluster_objects
+
+from webhook.cluster.translate import build_snapshot
+from webhook.core.domain.model import Snapshot
 
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
     yield
     caches.reset()
+
+
+@pytest.fixture
+def live_snapshot() -> Snapshot:
+    """The server tests' cluster (server_support.cluster_objects) as the watch cache would see it."""
+    return build_snapshot(cluster_objects())
+
+
+@pytest.fixture
+def mixed_cluster() -> Snapshot:
+    """An NVSwitch H100 node, an NVLink-paired A100 node and a two-card L4 node without links."""
+    return snapshot(node("h1", H100, 8), node("a1", A100, 8, "paired"), node("l1", L4, 2, "none"))

@@ -17,7 +17,7 @@ from webhook.cluster.held import Held, held_of, limit_mib
 from webhook.cluster.podusage import pod_usage_of
 from webhook.cluster.translate import build_snapshot
 from webhook.core.admission import admit
-from webhook.core.domain.model import GpuUsage, Usage
+from webhook.core.domain.model import GpuUsage, Snapshot, Usage
 from webhook.core.podspec.record import ANNOTATION
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy, parse_policy
@@ -146,11 +146,13 @@ def test_limit_variables_read_as_the_limit_layers_read_them() -> None:
     {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "0"},
     {"nvidia.com/gpumem": "30000"},
 ])
-def test_a_running_pod_counts_what_its_admission_charged(backend: str, limits: dict[str, str]) -> None:
+def test_a_running_pod_counts_what_its_admission_charged(
+    backend: str, limits: dict[str, str], live_snapshot: Snapshot
+) -> None:
     policy = parse_policy({"defaults": {"backend": backend}})
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
-    snap = build_snapshot(cluster_objects())
+    snap = live_snapshot
     decision = admit.mutate(pod, snap, policy)
     assert decision.allowed and decision.allocation is not None, decision.message
     final = jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])

@@ -462,12 +462,10 @@ def test_a_container_using_a_dra_claim_is_not_neutralised_but_its_sidecar_is() -
     assert final["spec"]["containers"][1]["env"] == [VOID]
 
 
-def test_the_kubectl_debug_review_fixture_is_neutralised_and_then_admitted() -> None:
-    from server_support import cluster_objects, fixture_review, with_gpu
+def test_the_kubectl_debug_review_fixture_is_neutralised_and_then_admitted(live_snapshot: Snapshot) -> None:
+    from server_support import fixture_review, with_gpu
 
-    from webhook.cluster.translate import build_snapshot
-
-    c = client(build_snapshot(cluster_objects()))
+    c = client(live_snapshot)
     for review in (fixture_review("pod-update-ephemeralcontainers-kubectl-debug.json"),
                    with_gpu(fixture_review("pod-update-ephemeralcontainers-kubectl-debug.json"), 64)):
         import base64

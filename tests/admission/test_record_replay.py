@@ -23,6 +23,7 @@ from webhook.cluster.cache import ClusterCache
 from webhook.cluster.translate import build_snapshot
 from webhook.core.admission import admit
 from webhook.core.admission.trust import nonce_of, record_update
+from webhook.core.domain.model import Snapshot
 from webhook.core.podspec.record import ANNOTATION
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder
@@ -192,10 +193,10 @@ def test_the_server_seals_a_nonce_per_admission_and_keeps_it_on_reinvocation() -
     assert nonce_of("not a uuid/" * 20) == nonce_of("not a uuid/" * 20) != "not a uuid/" * 20
 
 
-def test_the_nonce_is_under_the_seal() -> None:
+def test_the_nonce_is_under_the_seal(live_snapshot: Snapshot) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": dict(WHOLE)}}]}}
-    snap = build_snapshot(cluster_objects())
+    snap = live_snapshot
     decision = admit.mutate(pod, snap, Policy(), nonce="n-1")
     final = jsonpatch.apply_patch(pod, [dict(op) for op in decision.patch])
     assert json.loads(final["metadata"]["annotations"][ANNOTATION])["nonce"] == "n-1"

@@ -6,9 +6,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from builders import A100, H100, L4, node, pod, snapshot
+from builders import pod
 
 from webhook.core.admission import admit
+from webhook.core.domain.model import Snapshot
 from webhook.errors import UserError
 from webhook.policyfile.read import discover_scorers, load_policy
 
@@ -21,7 +22,9 @@ def install_plugin(root: Path, module: str, body: str) -> None:
     (dist / "entry_points.txt").write_text(f"[gpu_admission.scorers]\nfavourite = {module}:score\n")
 
 
-def test_entry_point_scorer_decides_the_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_point_scorer_decides_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mixed_cluster: Snapshot
+) -> None:
     install_plugin(tmp_path, "favourite_node", """
         def score(request, node, usage, option):
             return 10.0 if node.name == "l1" else 0.0
@@ -31,8 +34,7 @@ def test_entry_point_scorer_decides_the_node(tmp_path: Path, monkeypatch: pytest
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text("defaults:\n  placement: favourite\n")
     policy = load_policy(policy_file)
-    cluster = snapshot(node("h1", H100, 8), node("a1", A100, 8, "paired"), node("l1", L4, 2, "none"))
-    decision = admit.mutate(pod({"nvidia.com/gpu": 1}), cluster, policy)
+    decision = admit.mutate(pod({"nvidia.com/gpu": 1}), mixed_cluster, policy)
     assert decision.allowed and decision.allocation is not None
     assert decision.allocation.node == "l1" and decision.allocation.policy == "favourite"
 

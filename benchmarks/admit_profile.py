@@ -132,6 +132,7 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
     """Each stage of a request as (name, call for /mutate, call for /validate); a call takes the index of
     one of the reviews, whose inputs to that stage are prepared here."""
     from webhook.core.admission import admit, dra, isolation, node_routes, trust
+    from webhook.core.admission import mutate as mutation
     from webhook.core.admission.rules import check_policy
     from webhook.core.podspec.podshape import shape_error
     from webhook.core.podspec.record import sealed_text, shape_of
@@ -154,12 +155,12 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
         decisions = [admit.mutate(p, snapshot, policy, namespace=ns, record_key=RECORD_KEY)
                      for p, ns in zip(pods, namespaces, strict=True)]
         return {"request": requests, "screened": screened, "decision": decisions,
-                "normal": [admit._normalise(r, policy) for r in screened]}
+                "normal": [mutation._normalise(r, policy) for r in screened]}
 
     m, v = prepared(mutate_pods), prepared(validate_pods)
-    placements = [admit._plan(r, snapshot, policy)[1] for r in m["normal"]]
+    placements = [mutation._plan(r, snapshot, policy)[1] for r in m["normal"]]
     allocations = [d.allocation for d in m["decision"]]
-    requirements = [admit._required(p, snapshot, policy) for p in placements]
+    requirements = [mutation._required(p, snapshot, policy) for p in placements]
     answers = [handler.handle("mutate", "application/json", b, len(b)).body for b in mutate_bodies]
 
     def both(make: Callable[[list[dict[str, Any]], list[bytes], dict[str, list[Any]]], Stage | None]
@@ -186,8 +187,8 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
         ("core: envFrom screen", *both(lambda p, b, x: lambda i: isolation.screen_gpu(
             p[i], x["screened"][i], snapshot, policy))),
         ("core: policy rules", *both(lambda p, b, x: lambda i: check_policy(x["screened"][i], policy))),
-        ("core: placement", lambda i: admit._plan(m["normal"][i], snapshot, policy), None),
-        ("core: patch, record included", lambda i: admit._patch(
+        ("core: placement", lambda i: mutation._plan(m["normal"][i], snapshot, policy), None),
+        ("core: patch, record included", lambda i: mutation._patch(
             m["normal"][i], allocations[i], placements[i], snapshot, policy, None, RECORD_KEY), None),
         ("core: record seal", lambda i: sealed_text(allocations[i], requirements[i], shape_of(
             namespaces[i], m["normal"][i].containers), RECORD_KEY), None),

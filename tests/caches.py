@@ -22,7 +22,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
     ),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
     "webhook.core.placement.group_place": ("_TABLES",),
-    "webhook.core.admission.admit": ("_REQUIRED",),
+    "webhook.core.admission.mutate": ("_REQUIRED",),
 }
 
 # Kind registries that compiled values index into: emptied the way the module drops them when full

@@ -6,7 +6,7 @@ import dataclasses
 
 from builders import A100, node, pod, snapshot
 
-from webhook.core.admission import admit
+from webhook.core.admission.mutate import _context
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy
 
@@ -16,9 +16,9 @@ def test_a_policy_keeps_its_contexts_and_a_replaced_policy_has_its_own() -> None
     request = parse_pod(pod({"nvidia.com/gpu": 1}))
     assert request.gpus == 1
     first = Policy()
-    context = admit._context(request, first, cluster)
-    assert admit._context(request, first, cluster) is context  # compiled once
+    context = _context(request, first, cluster)
+    assert _context(request, first, cluster) is context  # compiled once
     spread = dataclasses.replace(first, placement="spread")
     assert spread.compiled is not first.compiled and spread.compiled.contexts == {}
-    assert admit._context(request, spread, cluster).policy == "spread"
-    assert admit._context(request, first, cluster).policy == "binpack"
+    assert _context(request, spread, cluster).policy == "spread"
+    assert _context(request, first, cluster).policy == "binpack"

@@ -17,6 +17,7 @@ from webhook.cluster.source import with_reservations
 from webhook.cluster.translate import build_snapshot
 from webhook.commands.simulate import parse_mix
 from webhook.core.admission import admit
+from webhook.core.admission.mutate import _context
 from webhook.core.domain.model import Allocation, TopologyClass
 from webhook.core.domain.shapes import EMPTY, shape_of, slice_milli
 from webhook.core.placement.context import WorkloadShape
@@ -276,16 +277,16 @@ def test_the_webhook_places_with_the_learned_mix_unless_the_policy_fixes_one() -
     learned = learned_mix(snapshot.observed, snapshot.nodes)
     assert weights(learned) == {(1, 500): 1.0}
     policy = parse_policy({"defaults": {"placement": "fragmentation"}})
-    assert admit._context(request, policy, snapshot).workload_mix is learned
+    assert _context(request, policy, snapshot).workload_mix is learned
     assert mix_in_use(policy, snapshot) == ("learned", learned)
     fixed = parse_policy({"defaults": {"placement": "fragmentation"},
                           "workloadMix": [{"gpus": 4, "milli": 1000, "weight": 1}]})
-    assert admit._context(request, fixed, snapshot).workload_mix == (WorkloadShape(4, 1000, 1.0),)
+    assert _context(request, fixed, snapshot).workload_mix == (WorkloadShape(4, 1000, 1.0),)
     assert mix_in_use(fixed, snapshot) == ("fixed", (WorkloadShape(4, 1000, 1.0),))
     neutral = parse_policy({"defaults": {"placement": "fragmentation"}, "workloadMix": "default"})
-    assert admit._context(request, neutral, snapshot).workload_mix == ()  # the scorer's default_mix()
+    assert _context(request, neutral, snapshot).workload_mix == ()  # the scorer's default_mix()
     binpack = parse_policy({})
-    assert admit._context(request, binpack, snapshot).workload_mix == ()  # nothing to learn for binpack
+    assert _context(request, binpack, snapshot).workload_mix == ()  # nothing to learn for binpack
     decision = admit.mutate(gpu_pod("new", None), snapshot, policy, namespace="team-a")
     assert decision.allowed and decision.allocation is not None and decision.allocation.node
 

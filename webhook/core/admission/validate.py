@@ -1,0 +1,76 @@
+"""Validation commits to a mutation's plan: the final pod (after every mutating webhook) must carry the
+sealed allocation with its limits and node requirement intact, and still fit its namespace's quotas."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
+from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.podspec import patch as patches
+from webhook.core.podspec.limits import limit_env
+from webhook.core.podspec.podshape import shape_error
+from webhook.core.podspec.record import ANNOTATION
+from webhook.core.podspec.vendors import is_mapping, list_of
+from webhook.core.policy.model import Policy
+
+from . import isolation, trust
+from .quota import check_quota
+from .scope import DEFAULT_SCHEDULERS
+from .screen import backend_of, screen
+
+
+def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+             record_key: bytes = b"") -> Decision:
+    """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
+    node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
+    a patch."""
+    malformed = shape_error(pod)
+    if malformed:
+        return denied(422, "invalid-pod", malformed)
+    request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
+    if final is not None:
+        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
+    if sealed is None:
+        return denied(403, "not-mutated",
+                     f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
+                     "it (it may be unavailable); retry the create")
+    recorded = sealed.allocation
+    if (sealed.required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.required)):
+        return denied(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
+                     f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
+                     "ANDed into every term: another webhook or the user changed it; resubmit the pod")
+    if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
+            and trust.affinity_lacks(request.raw, sealed.group_required)):
+        return denied(403, "affinity-changed",
+                     f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
+                     f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
+                     f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
+    backend = backend_of(request, policy)
+    missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
+               or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
+    if missing:
+        return denied(403, "limits-missing", missing)
+    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
+    quota = check_quota(request.namespace, recorded.usage(), snapshot)
+    if quota.refusal:
+        return refused(quota.refusal, warnings=tuple(warnings))
+    warnings += [warning(w) for w in quota.warnings]
+    return allowed("admitted", f"node {recorded.node}" if recorded.node else "admitted", warnings=tuple(warnings),
+                   allocation=recorded)
+
+
+def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    for c in request.containers:
+        if c.gpu is None or c.gpu.count <= 0:
+            continue
+        env = list_of(patches.container_of(request.raw, c).get("env"))
+        have = {e.get("name"): e.get("value") for e in env if is_mapping(e) and isinstance(e.get("name"), str)}
+        for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
+            if have.get(name) != value:
+                return (f"container {c.name} lacks {name}={value} that its allocation requires: another webhook "
+                        "removed it; resubmit the pod")
+    return None

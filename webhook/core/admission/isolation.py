@@ -154,10 +154,7 @@ def config_map_reads(pod: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
     found: set[tuple[str, str, str]] = set()
     spec = mapping_of(pod.get("spec"))
     for key in ALL_KINDS:
-        containers = spec.get(key)
-        if not containers or not isinstance(containers, list):  # as list_of, inlined: read at each admission
-            continue
-        for index, raw in enumerate(containers):
+        for index, raw in enumerate(list_of(spec.get(key))):
             container = mapping_of(raw)
             entries = container.get("envFrom")
             if not entries:  # most containers: nothing more to read (nor a label to make)

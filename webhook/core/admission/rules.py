@@ -1,6 +1,9 @@
 """Over-allocation rules: requests that break the namespace's policy or that no node could ever host.
 
-Each check returns the denial (code, rule, message) or None; messages carry the figures and the fix.
+Each check returns the `Refusal` (rule, code, message) or None; messages carry the figures and the fix.
+
+Cost: `check_satisfiable` reads per node shape from the placement index, not per node, so a refusal
+costs about as little as an admission.
 """
 
 from __future__ import annotations
@@ -77,8 +80,7 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
     """Why no node could ever host the request: the most specific reason that applies (422).
 
     Only nodes the pod itself can reach count (its nodeSelector, required node affinity, tolerations,
-    cordons), and the message names the constraint that narrowed the choice. Read per node shape from
-    the placement index, so a refusal costs about as little as an admission."""
+    cordons), and the message names the constraint that narrowed the choice."""
     statics = index_of(snapshot).statics
     shapes = [s for s in statics.shapes if s.template.gpus and s.template.vendor == request.vendor]
     if not shapes:

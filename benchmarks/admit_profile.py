@@ -189,7 +189,7 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
         ("core: policy rules", *both(lambda p, b, x: lambda i: check_policy(x["screened"][i], policy))),
         ("core: placement", lambda i: mutation._plan(m["normal"][i], snapshot, policy), None),
         ("core: patch, record included", lambda i: mutation._patch(
-            m["normal"][i], allocations[i], placements[i], snapshot, policy, None, RECORD_KEY), None),
+            m["normal"][i], allocations[i], placements[i], snapshot, policy, key=RECORD_KEY), None),
         ("core: record seal", lambda i: sealed_text(allocations[i], requirements[i], shape_of(
             namespaces[i], m["normal"][i].containers), RECORD_KEY), None),
         ("server: envelope checks", *both(lambda p, b, x: lambda i: rv.parse_review(b[i]))),

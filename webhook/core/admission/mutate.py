@@ -122,8 +122,9 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             group_required = group.requirement
         else:
             group_preferred = group.requirement
-    ops = _patch(request, allocation, placement, snapshot, policy, required, record_key, group_required,
-                 group_preferred, sealed.nonce if sealed is not None else nonce)
+    ops = _patch(request, allocation, placement, snapshot, policy, key=record_key, required=required,
+                 group_required=group_required, group_preferred=group_preferred,
+                 nonce=sealed.nonce if sealed is not None else nonce)
     message = f"node {allocation.node}" if allocation.node else (
         f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
     return patched(tuple(ops), allocation, message, warnings=tuple(warnings))
@@ -279,9 +280,9 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
 
 
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
-           policy: Policy, required: Mapping[str, Any] | None, key: bytes,
-           group_required: Mapping[str, Any] | None = None,
-           group_preferred: Mapping[str, Any] | None = None, nonce: str = "") -> list[dict[str, Any]]:
+           policy: Policy, *, key: bytes, required: Mapping[str, Any] | None = None,
+           group_required: Mapping[str, Any] | None = None, group_preferred: Mapping[str, Any] | None = None,
+           nonce: str = "") -> list[dict[str, Any]]:
     """The operations, the sealed record last. `required`: the node requirement of a sealed record,
     which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
     `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""

@@ -340,8 +340,6 @@ def _lacking(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list
     return [labels.get(t, str(t)) for t in targets if void_ops(pod, [t])]
 
 
-
-
 def _allow(reason: str, message: str = "", ops: list[dict[str, Any]] | None = None,
            warnings: tuple[str, ...] = ()) -> Decision:
     return patched(tuple(ops or ()), None, message, reason, warnings=warnings, gpu_pod=False)

@@ -278,7 +278,6 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
                       cpu_milli=request.cpu_milli, host_memory_mib=request.memory_mib_host)
 
 
-
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
            policy: Policy, *, key: bytes, required: Mapping[str, Any] | None = None,
            group_required: Mapping[str, Any] | None = None, group_preferred: Mapping[str, Any] | None = None,

@@ -53,13 +53,12 @@ class _Mix:
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
     for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes", "waste")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
-        # The shares single-GPU kinds take of a card, and what of a card's free part they leave unused.
+        # The shares single-GPU kinds take of a card (their waste table: `_waste`).
         self.sizes = tuple(sorted({k[1] for k in kinds if k[0] == 1 and k[1] < MILLI}))
-        self.waste = waste_table(self.sizes)
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
@@ -94,6 +93,23 @@ def waste_table(sizes: tuple[int, ...]) -> array[float]:
             fitting.append(sizes[len(fitting)])
         table[free] = sum(table[free - size] for size in fitting) / len(fitting) if fitting else float(free)
     return table
+
+
+class _Waste:
+    """A waste table (`waste_table`) and the per-card-state answers computed with it: free-capacity
+    vector -> (slots, stranded, left) per (GPUs, share), as `_cards` gives them. Mixes of the same
+    single-GPU shares share one, so the answers are shared too."""
+
+    __slots__ = ("table", "cards")
+
+    def __init__(self, table: array[float]) -> None:
+        self.table = table
+        self.cards: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, float, float]]] = {}
+
+
+@lru_cache(maxsize=64)
+def _waste(sizes: tuple[int, ...]) -> _Waste:
+    return _Waste(waste_table(sizes))
 
 
 # Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
@@ -157,8 +173,9 @@ _STATES: dict[tuple[int, NodeUsage], _State] = {}
 def forget() -> None:
     """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
     cluster, so that the next one starts with small tables (a replay per seed)."""
-    for memo in (_VALUES, _HELD, _STATES, _VECTORS, _CARDS):
+    for memo in (_VALUES, _HELD, _STATES, _VECTORS):
         memo.clear()
+    _waste.cache_clear()
     _paper_fragmentation.cache_clear()
 
 
@@ -302,7 +319,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.groups, missing, mix.waste)
+            _fill(found.model, found.state, values, mix.groups, missing, _waste(mix.sizes))
             found.known |= mix.mask
         # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
@@ -379,29 +396,25 @@ def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
     return expected(measured(model, state), mix)
 
 
-# Per free-capacity vector and waste table: (slots, stranded, left) per (GPUs, share), as `_kind_value`
-# counts them; shared by the states that differ only in CPU and memory.
-_CARDS: dict[tuple[tuple[int, ...], int], tuple[array[float], dict[tuple[int, int], tuple[int, float, float]]]] = {}
+# Answers kept per waste table (`_Waste.cards`), at most this many card states each.
 _CARDS_LIMIT = 1 << 15
 # Whether a node model matches a kind's models (substrings), per (model, models).
 _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
 def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int,
-          waste: array[float]) -> None:
+          waste: _Waste) -> None:
     """The values of the kinds of the groups with a kind in `missing` (bits of indices) for the state (the
     same as `_kind_value`'s), a group at a time:
     a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
     value for all its kinds."""
     free, cpu, memory = state
     total = sum(free)
-    key = (free, id(waste))
-    entry = _CARDS.get(key)
-    if entry is None or entry[0] is not waste:  # the table is held with its entry, so its id stays its own
-        if len(_CARDS) >= _CARDS_LIMIT:
-            _CARDS.clear()
-        entry = _CARDS[key] = (waste, {})
-    cards = entry[1]
+    cards = waste.cards.get(free)
+    if cards is None:
+        if len(waste.cards) >= _CARDS_LIMIT:
+            waste.cards.clear()
+        cards = waste.cards[free] = {}
     for shape, models, most_cpu, most_memory, indices, members, mask in groups:
         if not mask & missing:
             continue
@@ -415,7 +428,7 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
                 continue
         found = cards.get(shape)
         if found is None:
-            found = cards[shape] = _cards(free, total, shape, waste)
+            found = cards[shape] = _cards(free, total, shape, waste.table)
         slots, stranded, left = found
         gpus, milli = shape
         times = slots or 1

@@ -75,3 +75,27 @@ def test_carry_index_skips_a_snapshot_of_other_nodes() -> None:
     other = Snapshot(nodes={"d1": dgx("d1")}, usage={})
     carry_index(base, other, {})
     assert set(index_of(other).nodes) == {"d1"}
+
+
+POLICIES = ("binpack", "spread", "best-fit", "dot-product", "fewest-tasks", "fragmentation",
+            {"fragmentation": 0.5, "binpack": 0.5})
+
+
+def test_every_policy_sees_a_node_fill_up_or_vanish_after_its_memos_are_warm() -> None:
+    # Each policy scores the same states twice (warm memos), then the chosen node fills or disappears.
+    for policy in POLICIES:
+        context = PlacementContext(policy=policy)
+        base = cluster()
+        chosen = place(request(8), index_of(base), context).best
+        assert chosen is not None
+        again = place(request(8), index_of(base), context).best
+        assert again is not None and again.node == chosen.node
+        other = ({"d0", "d1"} - {chosen.node}).pop()
+        filled = with_usage(base, {chosen.node: full()})
+        best = place(request(8), index_of(filled), context).best
+        assert best is not None and best.node == other, policy
+        gone = dataclasses.replace(base, nodes={other: base.nodes[other]})
+        best = place(request(8), index_of(gone), context).best
+        assert best is not None and best.node == other, policy
+        both = with_usage(filled, {other: full()})
+        assert place(request(8), index_of(both), context).best is None, policy

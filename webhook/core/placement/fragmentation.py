@@ -18,9 +18,12 @@ This module's measure refines it in three ways:
   small tasks;
 - equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
 
-Everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of task's
-value apart from the mix's weights: in a cluster the same states recur constantly, so a decision costs a
-few dictionary lookups per class of nodes, and a new mix a weighted sum per state.
+Cost: everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of
+task's value apart from the mix's weights: in a cluster the same states recur constantly, so a decision
+costs a few dictionary lookups per class of nodes, and a new mix a weighted sum per state (in C, over
+the mix's indices and weights). The per-card answers are kept with the waste table they used, shared by
+states that differ only in CPU and memory. Every memo is bounded and keyed by values or held objects, so
+it never changes an answer.
 """
 
 from __future__ import annotations
@@ -321,7 +324,7 @@ def expected(found: Measured, mix: _Mix) -> float:
         if missing:
             _fill(found.model, found.state, values, mix.groups, missing, _waste(mix.sizes))
             found.known |= mix.mask
-        # The weighted sum in C (map over the mix's indices and weights): a new mix re-weighs every state.
+        # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
     found.mix, found.expected = mix, value
     return value

@@ -2,9 +2,12 @@
 
 Policies: random, best-fit, dot-product, binpack, spread, fewest-tasks, fragmentation, custom scorers
 (registered by name in `PlacementContext.scorers`), and weighted combinations ({"binpack": 1,
-"fragmentation": 2}).
-Work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on a
-thousand nodes as on a hundred. Multi-GPU pods go to the best-connected free GPU set first (topology).
+"fragmentation": 2}). Multi-GPU pods go to the best-connected free GPU set first (topology).
+
+Cost: work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on
+a thousand nodes as on a hundred. In the loop over classes, choose_gpus' memo (per node state) and
+reach.within's (per names tuple, held with it) are looked up inline, not through the helpers: that loop
+runs once per class per decision. Neither changes an answer.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def _candidates(
         else:
             busy = len(reachable) - len(special)  # less those seen in the classes below
         allowed = verdict.allowed
-        key = (token, allowed, gpu_policy)  # choose_gpus' memo key, looked up inline: the hot loop
+        key = (token, allowed, gpu_policy)  # choose_gpus' memo key (Cost: in the docstring)
         if reachable is None and not special:  # every class of the shape, whole (the common case)
             for node_class in index.classes(shape, first):
                 state = node_class.state
@@ -147,7 +150,7 @@ def _candidates(
         for node_class in index.classes(shape, first):
             names = node_class.names
             if reachable is not None:
-                hit = filtered.get(id(names))  # reach.within's memo, looked up inline: the hot loop
+                hit = filtered.get(id(names))  # reach.within's memo (Cost: in the docstring)
                 if hit is not None and hit[0] is names:
                     names = hit[1]
                 else:

@@ -3,6 +3,10 @@
 Scores are computed once per class of equivalent nodes. Built-in policies follow the FGD paper's
 baselines (best-fit, dot-product) and the usual packing heuristics; "fragmentation" delegates to the
 fragmentation measure; custom scorers see the node, its usage and the candidate option.
+
+Cost: scores are memoised per node state (its `memo`), and the fragmentation scorer reads a state's
+expected value straight off it when it was computed for the same compiled mix (`expected`'s memo,
+looked up inline in the per-class loop); the arithmetic is `states_delta`'s either way.
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def _fragmentation_choices(
             if compiled is None:
                 compiled = compiled_mix(mix)
             before, after = options
-            # `expected`, its memo looked up inline (the hot loop); the arithmetic is `states_delta`'s.
+            # `expected` (Cost: in the docstring).
             was = before.expected if before.mix is compiled else expected(before, compiled)
             best: tuple[float, Choice] | None = None
             for choice, state in after:

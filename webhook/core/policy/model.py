@@ -306,7 +306,7 @@ def parse_policy(
 
     if "topologyLoss" in root:
         loss = _mapping(root["topologyLoss"], "topologyLoss")
-        _known(loss, "topologyLoss", ("nvlink", "mixed", "pcie"))
+        _known(loss, "topologyLoss", tuple(c.value for c in DEFAULT_TOPOLOGY_LOSS if c is not TopologyClass.SINGLE))
         table = dict(DEFAULT_TOPOLOGY_LOSS)
         for key, value in loss.items():
             table[TopologyClass(key)] = _number(value, f"topologyLoss.{key}", 0.0, 1.0)

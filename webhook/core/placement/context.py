@@ -31,6 +31,15 @@ class WorkloadShape:
     models: tuple[str, ...] = ()
 
 
+class CompiledMix:
+    """The context's workload mix as the fragmentation measure takes it, filled by the scorer on first use."""
+
+    __slots__ = ("mix",)
+
+    def __init__(self) -> None:
+        self.mix: Any = None
+
+
 @dataclass(frozen=True)
 class PlacementContext:
     """How to place: the policy and its knobs. Built by admit from the policy file and the pod."""
@@ -47,3 +56,6 @@ class PlacementContext:
     # The constraints of pods that state none of their own, per vendor (one value per context).
     plain: dict[str, tuple[tuple[Toleration, ...], NodeConstraints]] = field(default_factory=dict, compare=False,
                                                                               repr=False)
+    # The workload mix compiled for the fragmentation scorer, once per context (not an argument: a context
+    # made by `dataclasses.replace`, say with a newly learned mix, compiles its own).
+    compiled: CompiledMix = field(default_factory=lambda: CompiledMix(), init=False, compare=False, repr=False)

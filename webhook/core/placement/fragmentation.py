@@ -21,7 +21,8 @@ This module's measure refines it in three ways:
 Cost: everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of
 task's value apart from the mix's weights: in a cluster the same states recur constantly, so a decision
 costs a few dictionary lookups per class of nodes, and a new mix a weighted sum per state (in C, over
-the mix's indices and weights). The per-card answers are kept with the waste table they used, shared by
+the mix's indices and weights); a mix is compiled once per placement context (`context.CompiledMix`), and
+by value for the functions below. The per-card answers are kept with the waste table they used, shared by
 states that differ only in CPU and memory. Every memo is bounded and keyed by values or held objects, so
 it never changes an answer.
 """
@@ -162,8 +163,6 @@ _VECTORS_LIMIT = 1 << 17
 _NAN = float("nan")
 
 
-# Compiled mixes by the identity of the tuple passed in (the tuple is held, so its id stays unique).
-_BY_IDENTITY: dict[int, tuple[tuple[WorkloadShape, ...], _Mix]] = {}
 # Fragmentation by (node identity, usage, compiled mix identity, paper?); the nodes and mixes are held in
 # `_HELD` so that their ids stay unique while an entry refers to them. Both are dropped together when full.
 _VALUES: dict[tuple[int, NodeUsage, int, bool], tuple[float, int]] = {}
@@ -295,7 +294,7 @@ def measured(model: str, state: _State) -> Measured:
 
 
 def compiled_mix(mix: tuple[WorkloadShape, ...]) -> _Mix:
-    """The mix as `expected` takes it (memoised by the tuple's identity)."""
+    """The mix as `expected` takes it (memoised by value; a placement context keeps its own)."""
     return _compiled(mix)
 
 
@@ -353,14 +352,7 @@ def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float,
 
 
 def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
-    hit = _BY_IDENTITY.get(id(mix))
-    if hit is not None and hit[0] is mix:
-        return hit[1]
-    compiled = _compile(mix if mix else default_mix())
-    if len(_BY_IDENTITY) >= 64:
-        _BY_IDENTITY.clear()
-    _BY_IDENTITY[id(mix)] = (mix, compiled)
-    return compiled
+    return _compile(mix if mix else default_mix())
 
 
 @lru_cache(maxsize=64)

@@ -195,7 +195,9 @@ def _fragmentation_choices(
                 options = _options(cand.state, node, alternatives, demand)
                 memo[(placing, cand.allowed)] = options
             if compiled is None:
-                compiled = compiled_mix(mix)
+                compiled = ctx.compiled.mix
+                if compiled is None:
+                    compiled = ctx.compiled.mix = compiled_mix(mix)
             before, after = options
             # `expected` (Cost: in the docstring).
             was = before.expected if before.mix is compiled else expected(before, compiled)

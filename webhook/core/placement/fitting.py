@@ -13,13 +13,12 @@ from typing import Any
 from webhook.core.domain.model import PodRequest, TopologyClass, TopologyPreference
 from webhook.core.podspec.dialects import MUTEX
 
-from .nodeindex import LEVELS, Shape, State, share_level
+from .nodeindex import LEVELS, MEMO_LIMIT, Shape, State, remember, share_level
 from .topology import GpuSet, mask_of
 
 # Entries per memo (a shape's verdicts, a node state's choices and scores) before it is dropped whole. A
 # decision adds about five to each class it scores, and a long-lived state (idle nodes) sees every kind
 # of pod: at 256 such memos were dropped every fifty or so kinds, a third of a trace replay's time.
-MEMO_LIMIT = 1024
 
 
 @dataclass(slots=True)
@@ -182,10 +181,8 @@ def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, policy: st
     """
     key = (token, allowed, policy)
     memo = state.memo
-    found = memo.get(key)
+    found = memo.choices.get(key)
     if found is None:
-        if len(memo) >= MEMO_LIMIT:
-            memo.clear()
         node = state.shape.template
         if node.cpu_milli > 0 and state.free_cpu < demand.cpu:
             found = "cpu"
@@ -194,15 +191,12 @@ def choose_gpus(state: State, fit: Fit, allowed: int, demand: Demand, policy: st
         else:
             # The GPUs do not depend on the pod's CPU and memory (`key`'s 7th and 8th): pods of other CPU
             # and memory share them.
-            gpus = (_GPUS, demand.key[:6], demand.key[8:], allowed, policy)
-            found = memo.get(gpus)
+            gpus = (demand.key[:6], demand.key[8:], allowed, policy)
+            found = memo.gpus.get(gpus)
             if found is None:
-                found = memo[gpus] = _choose(state, fit, allowed, demand, policy)
-        memo[key] = found
+                found = remember(memo.gpus, gpus, _choose(state, fit, allowed, demand, policy))
+        remember(memo.choices, key, found)
     return found
-
-
-_GPUS = "fitting: the GPUs"  # memo key prefix of choose_gpus' choice by the GPU part of the demand
 
 
 def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -> Choice | str:

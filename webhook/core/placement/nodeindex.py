@@ -21,6 +21,7 @@ from .nodeconstraints import SCHEDULING_EFFECTS, LabelIndex
 from .topology import LinkGraph
 
 _MEMO_LIMIT = 4096
+MEMO_LIMIT = 1024  # entries per memo table of a state or a shape
 _IDLE = GpuUsage()
 # Buckets of a shape, by how much room a node has: 0..LEVELS for nodes without an idle GPU (the largest
 # free share of a card, in tenths), then LEVELS + n for nodes with n idle GPUs. A pod is only looked for
@@ -55,6 +56,35 @@ class Shape:
         return found
 
 
+class StateMemo:
+    """What placement works out for one node state, one table per purpose. A state is shared by every node
+    of its shape and usage, so each answer is computed once per class of nodes; each table is bounded
+    (`MEMO_LIMIT`, emptied when full)."""
+
+    __slots__ = ("choices", "gpus", "fragmentation", "options", "free_after", "before")
+
+    def __init__(self) -> None:
+        # (demand token, allowed GPUs, GPU policy) -> the GPUs to take or why not (fitting.choose_gpus).
+        self.choices: dict[tuple[int, int, str], Any] = {}
+        # The GPU part of the demand, allowed GPUs, GPU policy -> the GPUs (pods of other CPU and memory).
+        self.gpus: dict[tuple[Any, ...], Any] = {}
+        # (mix signature, allowed GPUs) -> (fragmentation growth, GPUs) (scoring, fragmentation policy).
+        self.fragmentation: dict[tuple[int, int], Any] = {}
+        # (placement token, allowed GPUs) -> the state before and after each option (independent of the mix).
+        self.options: dict[tuple[int, int], Any] = {}
+        # (GPUs, memory, cores, exclusive) -> the free cards after taking them.
+        self.free_after: dict[tuple[Any, ...], Any] = {}
+        self.before: Any = None  # the state as the fragmentation measure sees it (fragmentation.Measured)
+
+
+def remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    """Store `value` in a per-state table, emptying the table first when it is full."""
+    if len(table) >= MEMO_LIMIT:
+        table.clear()
+    table[key] = value
+    return value
+
+
 @dataclass(eq=False)
 class State:
     """Figures derived from one (shape, usage) pair, computed once and shared by every such node."""
@@ -66,7 +96,7 @@ class State:
     used_units: float  # GPUs in use, a shared card counting its larger share of memory or cores
     free_cpu: int
     free_memory: int
-    memo: dict[Any, Any] = field(default_factory=dict)  # request signature -> dynamic verdict
+    memo: StateMemo = field(default_factory=lambda: StateMemo())  # what placement works out for this state
 
     @staticmethod
     def of(shape: Shape, usage: NodeUsage) -> State:

@@ -138,7 +138,7 @@ def _candidates(
         if reachable is None and not special:  # every class of the shape, whole (the common case)
             for node_class in index.classes(shape, first):
                 state = node_class.state
-                choice = state.memo.get(key)
+                choice = state.memo.choices.get(key)
                 if choice is None:
                     choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
                 if isinstance(choice, str):
@@ -162,7 +162,7 @@ def _candidates(
                 continue
             if reachable is not None:
                 busy -= len(names)
-            choice = node_class.state.memo.get(key)
+            choice = node_class.state.memo.choices.get(key)
             if choice is None:
                 choice = choose_gpus(node_class.state, verdict, allowed, demand, gpu_policy, token)
             if isinstance(choice, str):

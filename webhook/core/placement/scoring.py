@@ -19,9 +19,9 @@ from typing import Any
 from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest
 
 from .context import PlacementContext
-from .fitting import MEMO_LIMIT, Choice, Demand, Fit
+from .fitting import Choice, Demand, Fit
 from .fragmentation import MILLI, TIE_BREAK, compiled_mix, default_mix, expected, measured, node_state, node_states
-from .nodeindex import State, taken
+from .nodeindex import State, remember, taken
 
 
 @dataclass(slots=True)
@@ -162,7 +162,6 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 }
 
 
-_BEFORE = "fragmentation: the state before"  # per-class memo key: the same for every request
 
 
 def _fragmentation_choices(
@@ -182,18 +181,18 @@ def _fragmentation_choices(
     for cand in cands:
         memo = cand.state.memo
         key = (signature, cand.allowed)
-        found = memo.get(key)
+        found = memo.fragmentation.get(key)
         if found is None:
             # The node's states after each option do not depend on the mix: kept apart, so that a new
             # (learned) mix re-weighs them without placing the pod again.
-            options = memo.get((placing, cand.allowed))
+            options = memo.options.get((placing, cand.allowed))
             if options is None:
                 node = cand.state.shape.template
                 alternatives = [cand.choice]
                 if not demand.exclusive and demand.count == 1:
                     alternatives = list(cand.choice.alternatives) or alternatives
-                options = _options(cand.state, node, alternatives, demand)
-                memo[(placing, cand.allowed)] = options
+                options = remember(memo.options, (placing, cand.allowed),
+                                   _options(cand.state, node, alternatives, demand))
             if compiled is None:
                 compiled = ctx.compiled.mix
                 if compiled is None:
@@ -208,14 +207,11 @@ def _fragmentation_choices(
                 if best is None or delta < best[0]:
                     best = (delta, choice)
             assert best is not None
-            if len(memo) >= MEMO_LIMIT:
-                memo.clear()
-            found = memo[key] = best
+            found = remember(memo.fragmentation, key, best)
         found_all.append(found)
     return found_all
 
 
-_FREE_AFTER = "fragmentation: free capacity after"  # per-class memo key prefix, with the GPUs taken
 
 
 def _options(state: State, node: Node, alternatives: list[Choice], demand: Demand) -> tuple[Any, Any]:
@@ -224,11 +220,9 @@ def _options(state: State, node: Node, alternatives: list[Choice], demand: Deman
     GPUs taken, so that pods of one share but other CPU and memory only subtract those."""
 
     memo = state.memo
-    if len(memo) >= MEMO_LIMIT:
-        memo.clear()
-    before = memo.get(_BEFORE)
+    before = memo.before
     if before is None:
-        before = memo[_BEFORE] = measured(node.gpu_model.lower(), node_state(node, state.usage))
+        before = memo.before = measured(node.gpu_model.lower(), node_state(node, state.usage))
     model = before.model
     was = before.state
     cpu = was[1] - demand.cpu if node.cpu_milli > 0 else was[1]
@@ -236,11 +230,11 @@ def _options(state: State, node: Node, alternatives: list[Choice], demand: Deman
     after = []
     for choice in alternatives:
         if choice.gpus:
-            key = (_FREE_AFTER, choice.gpus, choice.memory, choice.cores, demand.exclusive)
-            free = memo.get(key)
+            key = (choice.gpus, choice.memory, choice.cores, demand.exclusive)
+            free = memo.free_after.get(key)
             if free is None:
                 taking = taken(node, state.usage, choice.gpus, choice.memory, choice.cores, demand.exclusive, 0, 0)
-                free = memo[key] = node_states(node, was, taking)[2][0]
+                free = remember(memo.free_after, key, node_states(node, was, taking)[2][0])
         else:
             free = was[0]
         after.append((choice, measured(model, (free, cpu, host_memory))))

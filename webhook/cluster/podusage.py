@@ -12,12 +12,9 @@ from webhook.core.domain.model import Allocation, GpuUsage, Node
 from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.record import allocation_from_json
 from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.vendors import mapping_of
 
 from .held import env_share_of, held_of, record_nonce, without_share_annotations
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -64,7 +61,7 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
     that node (or, while pending, which node), and only when it agrees with the pod's GPU count and
     vendor: an edit can move the pod's usage between GPUs of its node, never change how much it counts.
     """
-    status, spec, metadata = (_map(pod.get(k)) for k in ("status", "spec", "metadata"))
+    status, spec, metadata = (mapping_of(pod.get(k)) for k in ("status", "spec", "metadata"))
     if status.get("phase") in TERMINAL_PHASES:
         return None
     # KAI's share annotations are editable: the count comes from resources, else from the per-device
@@ -87,12 +84,12 @@ def pod_usage_of(pod: Mapping[str, Any]) -> PodUsage | None:
         cores = request.cores if request.cores is not None else (0 if shared else 100)
     node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
     node, indices = node_name, None
-    recorded = _recorded_placement(_map(metadata.get("annotations")).get(ALLOCATION))
+    recorded = _recorded_placement(mapping_of(metadata.get("annotations")).get(ALLOCATION))
     if recorded is not None and recorded.gpu_count == request.gpus and (recorded.vendor or "nvidia") == vendor:
         node = node_name or recorded.node
         if recorded.node == node and len(recorded.gpus) == request.gpus and len(set(recorded.gpus)) == request.gpus:
             indices = recorded.gpus
-    nonce = record_nonce(_map(metadata.get("annotations")).get(ALLOCATION)) if indices is not None else ""
+    nonce = record_nonce(mapping_of(metadata.get("annotations")).get(ALLOCATION)) if indices is not None else ""
     return PodUsage(request.namespace, node, indices, request.gpus, memory_mib, memory_pct, cores,
                     request.cpu_milli, request.memory_mib_host, vendor, request.mig, nonce)
 

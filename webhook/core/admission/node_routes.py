@@ -13,7 +13,7 @@ variable is told so in a warning.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.core.domain.model import PodRequest, Snapshot
@@ -26,23 +26,37 @@ _KINDS = (("containers", "container"), ("initContainers", "init container"),
           ("ephemeralContainers", "ephemeral container"))
 
 
-def device_list_mounts(pod: Mapping[str, Any]) -> list[str]:
-    """"<container> mounts <path>" for every volume mount where the toolkit reads a device list."""
-    found: list[str] = []
+def _mounts(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any], int, str]]:
+    """(container kind, container, its index, mount path) of every volume mount of every container kind."""
     spec = mapping_of(pod.get("spec"))
     for key, kind in _KINDS:
         for index, raw in enumerate(list_of(spec.get(key))):
             container = mapping_of(raw)
             for mount in list_of(container.get("volumeMounts")):
                 path = mapping_of(mount).get("mountPath")
-                if not isinstance(path, str) or "nvidia-container-devices" not in path:
-                    continue  # the usual mount: one substring test, no path normalising
-                clean = posixpath.normpath("/" + path.lstrip("/"))
-                if any(clean == root or clean.startswith(root + "/") for root in DEVICE_LIST_ROOTS):
-                    name = container.get("name")
-                    label = f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
-                    found.append(f"{label} mounts {path}")
-    return found
+                if isinstance(path, str):
+                    yield kind, container, index, path
+
+
+def _label(kind: str, container: Mapping[str, Any], index: int) -> str:
+    name = container.get("name")
+    return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+
+
+def _clean(path: str) -> str:
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _reads_device_list(path: str) -> bool:
+    if "nvidia-container-devices" not in path:  # the usual mount: one substring test, no path normalising
+        return False
+    clean = _clean(path)
+    return any(clean == root or clean.startswith(root + "/") for root in DEVICE_LIST_ROOTS)
+
+
+def device_list_mounts(pod: Mapping[str, Any]) -> list[str]:
+    """"<container> mounts <path>" for every volume mount where the toolkit reads a device list."""
+    return [f"{_label(kind, c, i)} mounts {path}" for kind, c, i, path in _mounts(pod) if _reads_device_list(path)]
 
 
 # Where the limit layer is put into a GPU container: HAMi's device plugin bind-mounts libvgpu.so under
@@ -54,22 +68,15 @@ LIMIT_LAYER_PATHS = ("/etc/ld.so.preload", "/usr/local/vgpu")
 
 def limit_layer_mounts(pod: Mapping[str, Any]) -> list[str]:
     """"<container> mounts <path>" for every volume mount that covers where the limit layer is injected."""
-    found: list[str] = []
-    spec = mapping_of(pod.get("spec"))
-    for key, kind in _KINDS:
-        for index, raw in enumerate(list_of(spec.get(key))):
-            container = mapping_of(raw)
-            for mount in list_of(container.get("volumeMounts")):
-                path = mapping_of(mount).get("mountPath")
-                if not isinstance(path, str):
-                    continue
-                clean = posixpath.normpath("/" + path.lstrip("/"))
-                if any(clean == guarded or guarded.startswith(clean.rstrip("/") + "/") or
-                       clean.startswith(guarded + "/") for guarded in LIMIT_LAYER_PATHS):
-                    name = container.get("name")
-                    label = f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
-                    found.append(f"{label} mounts a volume at {path}")
-    return found
+    return [f"{_label(kind, c, i)} mounts a volume at {path}" for kind, c, i, path in _mounts(pod)
+            if _covers_limit_layer(path)]
+
+
+def _covers_limit_layer(path: str) -> bool:
+    clean = _clean(path)
+    return any(clean == guarded or guarded.startswith(clean.rstrip("/") + "/") or clean.startswith(guarded + "/")
+               for guarded in LIMIT_LAYER_PATHS)
+
 
 
 def pinned_nodes(pod: Mapping[str, Any]) -> tuple[str, ...]:

@@ -25,8 +25,8 @@ MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.admission.mutate": ("_REQUIRED",),
 }
 
-# Kind registries that compiled values index into: emptied the way the module drops them when full
-# (a new generation, so that anything compiled against the old indices re-indexes).
+# Kind registries that compiled values index into: dropped as the module drops them when full (a new
+# generation, so that anything compiled against the old indices re-indexes).
 REGISTRIES: dict[str, tuple[str, ...]] = {
     "webhook.core.placement.fragmentation": ("_REGISTRY",),
 }
@@ -70,8 +70,7 @@ def reset() -> None:
     for _, _, memo in listed():
         memo.clear()
     for registry in registries():
-        registry.indices.clear()
-        registry.generation += 1
+        registry.drop()
     for cached in functools_caches():
         cached.cache_clear()
 

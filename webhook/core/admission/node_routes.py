@@ -78,7 +78,6 @@ def _covers_limit_layer(path: str) -> bool:
                for guarded in LIMIT_LAYER_PATHS)
 
 
-
 def pinned_nodes(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """The nodes a pod is pinned to by name: spec.nodeName, a kubernetes.io/hostname nodeSelector, or a
     required node affinity whose every term names hosts (() when it is not pinned that way)."""

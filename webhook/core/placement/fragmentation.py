@@ -148,11 +148,15 @@ class _Registry:
         found = self.indices.get(key)
         if found is None:
             if drop and len(self.indices) >= _KINDS_LIMIT:
-                self.indices.clear()
-                _VECTORS.clear()
-                self.generation += 1
+                self.drop()
             found = self.indices[key] = len(self.indices)
         return found
+
+    def drop(self) -> None:
+        """Forget every kind, and the vectors indexed by them; compiled mixes re-index."""
+        self.indices.clear()
+        _VECTORS.clear()
+        self.generation += 1
 
 
 _KINDS_LIMIT = 1 << 12

@@ -50,26 +50,21 @@ def score_all(
     The fragmentation policy also chooses which of a node's equivalent GPUs the pod takes: that choice is
     made first, and every policy scores it, so the result never depends on the order of the names."""
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
-    fragmentation: list[float] | None = None
+    chosen: dict[str, list[float]] = {}  # scores already worked out with the GPU choice
     if "fragmentation" in weights and "fragmentation" not in ctx.scorers:
-        fragmentation = []
+        scores = chosen["fragmentation"] = []
         for cand, (delta, choice) in zip(cands, _fragmentation_choices(cands, demand, ctx, token), strict=True):
             cand.choice = choice
-            fragmentation.append(-delta)
-
-    def scores_of(name: str) -> list[float]:
-        if name == "fragmentation" and fragmentation is not None:
-            return fragmentation
-        return _policy_scores(name, cands, request, demand, ctx, nodes, token)
-
+            scores.append(-delta)
     if len(weights) == 1:
         ((name, weight),) = weights.items()
-        for cand, value in zip(cands, scores_of(name), strict=True):
+        scores = chosen[name] if name in chosen else _policy_scores(name, cands, request, demand, ctx, nodes, token)
+        for cand, value in zip(cands, scores, strict=True):
             cand.score = weight * value
         return
     totals = [0.0] * len(cands)
     for name, weight in sorted(weights.items()):
-        scores = scores_of(name)
+        scores = chosen[name] if name in chosen else _policy_scores(name, cands, request, demand, ctx, nodes, token)
         low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
         span = high - low
         for i, value in enumerate(scores):

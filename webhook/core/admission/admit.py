@@ -7,10 +7,7 @@ webhook) and re-checks quota against the recorded allocation, which the server t
 
 from __future__ import annotations
 
-from webhook.core.domain.model import TopologyPreference
-
 from .mutate import mutate
-from .scope import is_managed
 from .validate import validate
 
-__all__ = ["mutate", "validate", "is_managed", "TopologyPreference"]
+__all__ = ["mutate", "validate"]

@@ -28,16 +28,6 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 log = logging.getLogger("webhook.certs")
 
 
-
-
-
-
-
-
-
-
-
-
 @dataclass(frozen=True)
 class CertificatePaths:
     directory: Path

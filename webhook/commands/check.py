@@ -33,8 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="text output: show each patch")
 
 
-
-
 def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     from webhook.cluster.files import demo_objects, load_cluster
 

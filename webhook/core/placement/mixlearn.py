@@ -40,11 +40,6 @@ DROP = 1 / 256
 MAX_SHAPES = 48  # a bound on the kinds per mix (each costs time per node state)
 
 
-
-
-
-
-
 class Histogram:
     """The running histogram its owner keeps as pods come and go (the watch cache, the simulator).
     `view()` hands out an `Observed`, copied only after a count changed."""

@@ -157,8 +157,6 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 }
 
 
-
-
 def _fragmentation_choices(
     cands: list[Candidate], demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]
 ) -> list[tuple[float, Choice]]:
@@ -205,8 +203,6 @@ def _fragmentation_choices(
             found = remember(memo.fragmentation, key, best)
         found_all.append(found)
     return found_all
-
-
 
 
 def _options(state: State, node: Node, alternatives: list[Choice], demand: Demand) -> tuple[Any, Any]:

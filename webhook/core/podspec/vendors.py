@@ -98,7 +98,6 @@ SELECTORS: Mapping[str, tuple[str, str, str, str]] = {
 }
 
 
-
 def selector_names(vendor: str) -> tuple[str, str, str, str]:
     """The vendor's own selection annotations (HAMi reads only those for its devices); NVIDIA's for ""."""
     return SELECTORS.get(vendor, SELECTORS["nvidia"])

@@ -34,7 +34,14 @@ from webhook.core.podspec.limits import (
 )
 from webhook.core.podspec.patch import pointer
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.vendors import is_bypass_entry, is_gpu_pod, is_gpu_resource, list_of, mapping_of
+from webhook.core.podspec.vendors import (
+    COUNT_RESOURCES,
+    is_bypass_entry,
+    is_gpu_pod,
+    is_gpu_resource,
+    list_of,
+    mapping_of,
+)
 from webhook.core.policy.model import Policy
 
 from . import env_pins
@@ -45,7 +52,7 @@ from .scope import is_managed
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
 # The taints GPU nodes carry for the device plugins of the vendor table (and the chart's toleration).
-GPU_TAINT_KEYS: frozenset[str] = frozenset({"nvidia.com/gpu", "cambricon.com/vmlu", "hygon.com/dcunum"})
+GPU_TAINT_KEYS: frozenset[str] = frozenset(COUNT_RESOURCES.values())
 EMPTY: frozenset[str] = frozenset()
 
 # ------------------------------------------------------------------------------------------ ConfigMaps

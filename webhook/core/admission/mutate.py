@@ -33,6 +33,7 @@ from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
 from webhook.core.podspec.podshape import shape_error
 from webhook.core.podspec.record import sealed_text, shape_of
 from webhook.core.podspec.vendors import (
+    COUNT_RESOURCES,
     TOPOLOGY_MODELLED,
     mapping_of,
     unenforced_slice,
@@ -44,8 +45,6 @@ from .quota import check_quota
 from .rules import check_satisfiable
 from .scope import DEFAULT_SCHEDULERS
 from .screen import backend_of, screen
-
-COUNT_RESOURCE = {"nvidia": "nvidia.com/gpu", "cambricon": "cambricon.com/vmlu", "hygon": "hygon.com/dcunum"}
 
 
 def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
@@ -286,11 +285,11 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
     `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
     pod = request.raw
-    ops = patches.resource_ops(pod, request, COUNT_RESOURCE)
+    ops = patches.resource_ops(pod, request, COUNT_RESOURCES)
     ops += patches.env_ops(pod, request, allocation, backend_of(request, policy))
     ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
     ops = isolation.pin_ops(pod, request, allocation, backend_of(request, policy), snapshot, policy, ops)  # Secrets
-    taint_key = COUNT_RESOURCE.get(request.vendor, "nvidia.com/gpu")
+    taint_key = COUNT_RESOURCES.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
     also = (group_required,) if group_required is not None else ()

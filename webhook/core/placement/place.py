@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
-from webhook.core.podspec.vendors import VENDORS
+from webhook.core.podspec.vendors import COUNT_RESOURCES
 
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
@@ -30,9 +30,6 @@ from .topology import expected_loss
 _ELIGIBLE_MEMO = 256
 _NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
 
-# The toleration the mutation adds for the vendor's device taint (its count resource, as the device
-# plugins' taint convention; the first dialect of each vendor in the table).
-GPU_TAINT_KEYS: Mapping[str, str] = {v.vendor: v.count for v in reversed(VENDORS)}
 
 
 def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
@@ -42,7 +39,7 @@ def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], .
 
 
 def _added(vendor: str, tolerations: tuple[Mapping[str, Any], ...]) -> tuple[Toleration, ...]:
-    gpu_taint = Toleration(GPU_TAINT_KEYS.get(vendor, "nvidia.com/gpu"), "Exists", "", "NoSchedule")
+    gpu_taint = Toleration(COUNT_RESOURCES.get(vendor, "nvidia.com/gpu"), "Exists", "", "NoSchedule")
     return (gpu_taint, *tolerations_of(tolerations))
 
 

@@ -55,6 +55,9 @@ VENDORS: tuple[VendorResources, ...] = (
     ),
     VendorResources("hygon", "hygon.com/dcunum", "hygon.com/dcumem", None, "hygon.com/dcucores"),
 )
+# Each vendor's device count resource (its first dialect's): the resource the mutation writes a count in,
+# and the taint its device plugin puts on GPU nodes, which the mutation tolerates.
+COUNT_RESOURCES: Mapping[str, str] = {v.vendor: v.count for v in reversed(VENDORS)}
 
 # NVIDIA MIG devices as the device plugin's "mixed" strategy advertises them: `nvidia.com/mig-<profile>`,
 # the profile as GFD names it (`1g.5gb`, `3g.20gb`, `1g.5gb.me` for NVML's `1g.5gb+me`, `1c.3g.20gb`).

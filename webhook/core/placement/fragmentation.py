@@ -57,7 +57,7 @@ class _Mix:
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
     for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes")
+    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes", "wanting")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
@@ -69,6 +69,9 @@ class _Mix:
         self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
         self.groups: tuple[_Group, ...] = ()
         self.mask = 0
+        # Missing kinds (bits) -> the groups holding them: after a mix gains a kind, every state it weighs
+        # misses the same few, so a state fills those groups only (`wanted`).
+        self.wanting: dict[int, tuple[_Group, ...]] = {}
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
         if self.generation != _REGISTRY.generation:
@@ -80,7 +83,17 @@ class _Mix:
             self.indices = tuple(e[0] for e in entries)
             self.groups = _groups(entries)
             self.mask = sum(1 << i for i in set(self.indices))
+            self.wanting = {}
         return self.entries
+
+    def wanted(self, missing: int) -> tuple[_Group, ...]:
+        """The groups with a kind among `missing` (bits of indices)."""
+        found = self.wanting.get(missing)
+        if found is None:
+            if len(self.wanting) >= 64:
+                self.wanting.clear()
+            found = self.wanting[missing] = tuple(g for g in self.groups if g[6] & missing)
+        return found
 
 
 @lru_cache(maxsize=64)
@@ -325,7 +338,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.groups, missing, _waste(mix.sizes))
+            _fill(found.model, found.state, values, mix.wanted(missing), _waste(mix.sizes))
             found.known |= mix.mask
         # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
@@ -401,10 +414,8 @@ _CARDS_LIMIT = 1 << 15
 _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
-def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], missing: int,
-          waste: _Waste) -> None:
-    """The values of the kinds of the groups with a kind in `missing` (bits of indices) for the state (the
-    same as `_kind_value`'s), a group at a time:
+def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], waste: _Waste) -> None:
+    """The values of the kinds of `groups` for the state (the same as `_kind_value`'s), a group at a time:
     a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
     value for all its kinds."""
     free, cpu, memory = state
@@ -414,9 +425,7 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
         if len(waste.cards) >= _CARDS_LIMIT:
             waste.cards.clear()
         cards = waste.cards[free] = {}
-    for shape, models, most_cpu, most_memory, indices, members, mask in groups:
-        if not mask & missing:
-            continue
+    for shape, models, most_cpu, most_memory, indices, members, _ in groups:
         if models:
             hosts = _HOSTS.get((model, models))
             if hosts is None:

@@ -181,8 +181,8 @@ def drive(
     arrived = allocated = failed = unplaced_cpu_only = 0
     started = time.perf_counter()
     # The placement memos hold a few hundred thousand objects that live for the whole run: the cyclic
-    # collector would scan them again and again (a third of the run's time). It runs once at the end
-    # instead (a seed with it off peaks at about 250 MB).
+    # collector would scan them again and again (a third of the run's time). It is off for the run and
+    # the caller chooses when to collect (a worker process exits instead; a seed peaks at about 250 MB).
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -202,7 +202,6 @@ def drive(
     finally:
         if collecting:
             gc.enable()
-            gc.collect()
     if progress is not None and len(arrivals) % progress_every:
         progress(len(arrivals) % progress_every)
     return Run(

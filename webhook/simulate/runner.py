@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
 from queue import Empty
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from webhook.core.domain.model import Node
 
@@ -83,20 +84,6 @@ class Progress:
         self.stream.flush()
 
 
-# Worker-process state, set once per worker by _init (the trace is sent once, not once per trial).
-_WORKER: dict[str, Any] = {}
-
-
-def _init(nodes: Sequence[Node], pods: Sequence[TracePod], tune: float, queue: Any) -> None:
-    _WORKER.update(nodes=nodes, pods=pods, tune=tune, queue=queue)
-
-
-def _run_in_worker(trial: Trial) -> Run:
-    nodes, pods, tune, queue = _WORKER["nodes"], _WORKER["pods"], _WORKER["tune"], _WORKER["queue"]
-    arrivals = workload(pods, capacity_milli(nodes), trial.seed, tune)
-    return _replay(nodes, pods, arrivals, trial, queue.put)
-
-
 def _replay(nodes: Sequence[Node], pods: Sequence[TracePod], arrivals: Sequence[TracePod], trial: Trial,
             progress: Callable[[int], None]) -> Run:
     """One trial: the FGD paper's own scoring for `fgd` (its mix is the whole trace's), else the core's."""
@@ -132,6 +119,7 @@ def run_trials(
                 run = _replay(nodes, pods, arrivals, trial, progress.advance)
                 results[trial] = run
                 progress.finished(run)
+                gc.collect()  # the trial's memos, before the next one builds its own
         else:
             _run_parallel(nodes, pods, tune, trials, workers, progress, results)
     finally:
@@ -148,21 +136,58 @@ def _run_parallel(
     progress: Progress,
     results: dict[Trial, Run],
 ) -> None:
+    """Each trial in a process of its own, at most `workers` at a time. A replay leaves a few million memo
+    objects behind: a process that exits lets them go at once, where freeing or collecting them would take
+    a tenth of the run. A process that dies without an answer (killed, out of memory) is an error."""
     context = get_context("spawn" if sys.platform == "darwin" else "fork")
     queue = context.Queue()
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init, initargs=(nodes, pods, tune, queue)
-    ) as pool:
-        pending: dict[Future[Run], Trial] = {pool.submit(_run_in_worker, t): t for t in trials}
-        while pending:
-            done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+    waiting = list(reversed(trials))
+    running: dict[Connection, tuple[Trial, Any]] = {}  # result pipe -> (trial, process)
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                trial = waiting.pop()
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(  # type: ignore[attr-defined]
+                    target=_trial_process, args=(nodes, pods, tune, trial, queue, writer), daemon=True
+                )
+                process.start()
+                writer.close()
+                running[reader] = (trial, process)
+            for ready in wait(list(running), timeout=0.2):
+                reader = cast(Connection, ready)
+                trial, process = running.pop(reader)
+                try:
+                    outcome, value = reader.recv()
+                except EOFError:
+                    process.join()
+                    raise RuntimeError(f"simulate: the process replaying {trial.policy} seed {trial.seed} "
+                                       f"ended with exit code {process.exitcode} and no result") from None
+                process.join()
+                if outcome == "error":
+                    raise value
+                results[trial] = value
+                progress.finished(value)
             _drain(queue, progress)
-            for future in done:
-                trial = pending.pop(future)
-                run = future.result()
-                results[trial] = run
-                progress.finished(run)
-        _drain(queue, progress)
+    finally:
+        for _, process in running.values():
+            process.kill()
+            process.join()
+    _drain(queue, progress)
+
+
+def _trial_process(nodes: Sequence[Node], pods: Sequence[TracePod], tune: float, trial: Trial, queue: Any,
+                   result: Any) -> None:
+    try:
+        arrivals = workload(pods, capacity_milli(nodes), trial.seed, tune)
+        answer: tuple[str, object] = ("ok", _replay(nodes, pods, arrivals, trial, queue.put))
+    except Exception as error:  # handed to the parent, which raises it
+        answer = ("error", error)
+    try:
+        result.send(answer)
+    except Exception as error:  # an exception that does not pickle
+        result.send(("error", RuntimeError(f"{type(answer[1]).__name__}: {answer[1]} ({error})")))
+    result.close()
 
 
 def _drain(queue: Any, progress: Progress) -> None:

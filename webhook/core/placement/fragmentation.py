@@ -30,8 +30,9 @@ it never changes an answer.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from functools import lru_cache
-from operator import mul
+from operator import itemgetter, mul
 
 from webhook.core.domain.model import Node, NodeUsage
 
@@ -57,7 +58,7 @@ class _Mix:
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
     for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "weights", "groups", "mask", "sizes", "wanting")
+    __slots__ = ("kinds", "entries", "generation", "indices", "pick", "weights", "groups", "mask", "sizes", "wanting")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
@@ -66,6 +67,7 @@ class _Mix:
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
+        self.pick: Callable[[array[float]], tuple[float, ...]] = _none  # a state's values at `indices`, in C
         self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
         self.groups: tuple[_Group, ...] = ()
         self.mask = 0
@@ -81,6 +83,7 @@ class _Mix:
                 entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
             self.entries, self.generation = entries, _REGISTRY.generation
             self.indices = tuple(e[0] for e in entries)
+            self.pick = _picker(self.indices)
             self.groups = _groups(entries)
             self.mask = sum(1 << i for i in set(self.indices))
             self.wanting = {}
@@ -94,6 +97,18 @@ class _Mix:
                 self.wanting.clear()
             found = self.wanting[missing] = tuple(g for g in self.groups if g[6] & missing)
         return found
+
+
+def _none(values: array[float]) -> tuple[float, ...]:
+    return ()
+
+
+def _picker(indices: tuple[int, ...]) -> Callable[[array[float]], tuple[float, ...]]:
+    """The values at `indices`, as a tuple (itemgetter gives a bare value for one index)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda values: (values[only],)
+    return itemgetter(*indices) if indices else _none
 
 
 @lru_cache(maxsize=64)
@@ -341,7 +356,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             _fill(found.model, found.state, values, mix.wanted(missing), _waste(mix.sizes))
             found.known |= mix.mask
         # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
-        value = sum(map(mul, mix.weights, map(values.__getitem__, mix.indices))) / MILLI
+        value = sum(map(mul, mix.weights, mix.pick(values))) / MILLI
     found.mix, found.expected = mix, value
     return value
 

@@ -243,9 +243,10 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     if eligible is None:
         assert collected is not None
         eligible = _remember(memo, key, collected)
-    for cand in cands:
-        cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
     topology_first = demand.count > 1 and demand.topology_aware
+    if demand.count > 1:  # one GPU is always SINGLE: the options' losses come with them (scoring.option_of)
+        for cand in cands:
+            cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)
     options = _ranked(cands, topology_first, request, demand, index, ctx, reach)
     return Placement(eligible=eligible, options=options, rejected=rejected)
 

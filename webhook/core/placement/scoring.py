@@ -22,6 +22,7 @@ from .context import PlacementContext
 from .fitting import Choice, Demand, Fit
 from .fragmentation import MILLI, TIE_BREAK, compiled_mix, default_mix, expected, measured, node_state, node_states
 from .nodeindex import State, remember, taken
+from .topology import expected_loss
 
 
 @dataclass(slots=True)
@@ -52,8 +53,15 @@ def score_all(
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
     chosen: dict[str, list[float]] = {}  # scores already worked out with the GPU choice
     if "fragmentation" in weights and "fragmentation" not in ctx.scorers:
+        found = _fragmentation_choices(cands, demand, ctx, token)
+        if len(weights) == 1:  # the policy alone: its scores as they come
+            weight = weights["fragmentation"]
+            for cand, (delta, choice) in zip(cands, found, strict=True):
+                cand.choice = choice
+                cand.score = -weight * delta
+            return
         scores = chosen["fragmentation"] = []
-        for cand, (delta, choice) in zip(cands, _fragmentation_choices(cands, demand, ctx, token), strict=True):
+        for cand, (delta, choice) in zip(cands, found, strict=True):
             cand.choice = choice
             scores.append(-delta)
     if len(weights) == 1:
@@ -233,8 +241,9 @@ def _options(state: State, node: Node, alternatives: list[Choice], demand: Deman
 
 
 def option_of(cand: Candidate, name: str, ctx: PlacementContext) -> Option:
-    choice = cand.choice  # the candidate's loss is its choice's (set by placement before scoring)
-    return Option(name, choice.gpus, choice.memory, choice.cores, choice.topology, cand.loss, cand.score)
+    choice = cand.choice
+    loss = expected_loss(choice.topology, ctx.topology_loss)  # the candidate's `loss` is set for ranking only
+    return Option(name, choice.gpus, choice.memory, choice.cores, choice.topology, loss, cand.score)
 
 
 def usage_after(usage: NodeUsage, choice: Choice, demand: Demand, node: Node) -> NodeUsage:

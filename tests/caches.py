@@ -31,11 +31,10 @@ REGISTRIES: dict[str, tuple[str, ...]] = {
     "webhook.core.placement.fragmentation": ("_REGISTRY",),
 }
 
-# Empty at import but no memo: shared empty mappings never written, a pool worker's own state.
+# Empty at import but no memo: shared empty mappings never written.
 NOT_MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.placement.nodereach": ("_NOTHING",),
     "webhook.core.placement.place": ("_NONE",),
-    "webhook.simulate.runner": ("_WORKER",),
 }
 
 _CONTAINERS = (dict, set, list, weakref.WeakKeyDictionary, weakref.WeakValueDictionary)

@@ -61,17 +61,16 @@ class StateMemo:
     of its shape and usage, so each answer is computed once per class of nodes; each table is bounded
     (`MEMO_LIMIT`, emptied when full)."""
 
-    __slots__ = ("choices", "gpus", "fragmentation", "options", "free_after", "before")
+    __slots__ = ("choices", "gpus", "fragmentation", "free_after", "before")
 
     def __init__(self) -> None:
         # (demand token, allowed GPUs, GPU policy) -> the GPUs to take or why not (fitting.choose_gpus).
         self.choices: dict[tuple[int, int, str], Any] = {}
         # The GPU part of the demand, allowed GPUs, GPU policy -> the GPUs (pods of other CPU and memory).
         self.gpus: dict[tuple[Any, ...], Any] = {}
-        # (mix signature, allowed GPUs) -> (fragmentation growth, GPUs) (scoring, fragmentation policy).
+        # (placement token, allowed GPUs) -> (compiled mix, (fragmentation growth, GPUs) under it, the state
+        # before, and each option with the state after it): scoring, fragmentation policy.
         self.fragmentation: dict[tuple[int, int], Any] = {}
-        # (placement token, allowed GPUs) -> the state before and after each option (independent of the mix).
-        self.options: dict[tuple[int, int], Any] = {}
         # (GPUs, memory, cores, exclusive) -> the free cards after taking them.
         self.free_after: dict[tuple[Any, ...], Any] = {}
         self.before: Any = None  # the state as the fragmentation measure sees it (fragmentation.Measured)

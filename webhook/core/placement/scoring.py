@@ -174,31 +174,27 @@ def _fragmentation_choices(
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
 
-    mix = ctx.workload_mix or default_mix()
     placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
-    signature = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy, mix))
-    compiled = None
+    compiled = ctx.compiled.mix
+    if compiled is None:
+        compiled = ctx.compiled.mix = compiled_mix(ctx.workload_mix or default_mix())
     found_all: list[tuple[float, Choice]] = []
     for cand in cands:
         memo = cand.state.memo
-        key = (signature, cand.allowed)
-        found = memo.fragmentation.get(key)
-        if found is None:
-            # The node's states after each option do not depend on the mix: kept apart, so that a new
-            # (learned) mix re-weighs them without placing the pod again.
-            options = memo.options.get((placing, cand.allowed))
-            if options is None:
+        key = (placing, cand.allowed)
+        entry = memo.fragmentation.get(key)
+        if entry is None or entry[0] is not compiled:
+            # The node's states after each option do not depend on the mix: kept with the answer, so
+            # that a new (learned) mix re-weighs them without placing the pod again. The entry is
+            # replaced whole, never changed: a reader never sees one mix's answer with another's.
+            if entry is None:
                 node = cand.state.shape.template
                 alternatives = [cand.choice]
                 if not demand.exclusive and demand.count == 1:
                     alternatives = list(cand.choice.alternatives) or alternatives
-                options = remember(memo.options, (placing, cand.allowed),
-                                   _options(cand.state, node, alternatives, demand))
-            if compiled is None:
-                compiled = ctx.compiled.mix
-                if compiled is None:
-                    compiled = ctx.compiled.mix = compiled_mix(mix)
-            before, after = options
+                before, after = _options(cand.state, node, alternatives, demand)
+            else:
+                before, after = entry[2], entry[3]
             # `expected` (Cost: in the docstring).
             was = before.expected if before.mix is compiled else expected(before, compiled)
             best: tuple[float, Choice] | None = None
@@ -208,8 +204,8 @@ def _fragmentation_choices(
                 if best is None or delta < best[0]:
                     best = (delta, choice)
             assert best is not None
-            found = remember(memo.fragmentation, key, best)
-        found_all.append(found)
+            entry = remember(memo.fragmentation, key, (compiled, best, before, after))
+        found_all.append(entry[1])
     return found_all
 
 

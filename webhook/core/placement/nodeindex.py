@@ -68,8 +68,8 @@ class StateMemo:
         self.choices: dict[tuple[int, int, str], Any] = {}
         # The GPU part of the demand, allowed GPUs, GPU policy -> the GPUs (pods of other CPU and memory).
         self.gpus: dict[tuple[Any, ...], Any] = {}
-        # (placement token, allowed GPUs) -> (compiled mix, (fragmentation growth, GPUs) under it, the state
-        # before, and each option with the state after it): scoring, fragmentation policy.
+        # (placement token, allowed GPUs) -> (compiled mix, minus the fragmentation growth and the GPUs under
+        # it, the state before, and each option with the state after it): scoring, fragmentation policy.
         self.fragmentation: dict[tuple[int, int], Any] = {}
         # (GPUs, memory, cores, exclusive) -> the free cards after taking them.
         self.free_after: dict[tuple[Any, ...], Any] = {}

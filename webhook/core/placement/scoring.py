@@ -53,17 +53,14 @@ def score_all(
     weights = {ctx.policy: 1.0} if isinstance(ctx.policy, str) else dict(ctx.policy)
     chosen: dict[str, list[float]] = {}  # scores already worked out with the GPU choice
     if "fragmentation" in weights and "fragmentation" not in ctx.scorers:
-        found = _fragmentation_choices(cands, demand, ctx, token)
+        _fragmentation_choices(cands, demand, ctx, token)
         if len(weights) == 1:  # the policy alone: its scores as they come
             weight = weights["fragmentation"]
-            for cand, (delta, choice) in zip(cands, found, strict=True):
-                cand.choice = choice
-                cand.score = -weight * delta
+            if weight != 1.0:
+                for cand in cands:
+                    cand.score *= weight
             return
-        scores = chosen["fragmentation"] = []
-        for cand, (delta, choice) in zip(cands, found, strict=True):
-            cand.choice = choice
-            scores.append(-delta)
+        chosen["fragmentation"] = [cand.score for cand in cands]
     if len(weights) == 1:
         ((name, weight),) = weights.items()
         scores = chosen[name] if name in chosen else _policy_scores(name, cands, request, demand, ctx, nodes, token)
@@ -167,9 +164,9 @@ _SCORES: Mapping[str, Callable[[State, Choice, Demand], float]] = {
 
 def _fragmentation_choices(
     cands: list[Candidate], demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]
-) -> list[tuple[float, Choice]]:
-    """Per candidate, the growth of expected fragmentation and the GPUs that least grow it (a shared pod
-    tries each distinct GPU of the node).
+) -> None:
+    """Set each candidate's GPUs to those that least grow the node's expected fragmentation (a shared pod
+    tries each distinct GPU of the node), and its score to minus that growth.
 
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
@@ -178,7 +175,6 @@ def _fragmentation_choices(
     compiled = ctx.compiled.mix
     if compiled is None:
         compiled = ctx.compiled.mix = compiled_mix(ctx.workload_mix or default_mix())
-    found_all: list[tuple[float, Choice]] = []
     for cand in cands:
         memo = cand.state.memo
         key = (placing, cand.allowed)
@@ -194,7 +190,7 @@ def _fragmentation_choices(
                     alternatives = list(cand.choice.alternatives) or alternatives
                 before, after = _options(cand.state, node, alternatives, demand)
             else:
-                before, after = entry[2], entry[3]
+                before, after = entry[3], entry[4]
             # `expected` (Cost: in the docstring).
             was = before.expected if before.mix is compiled else expected(before, compiled)
             best: tuple[float, Choice] | None = None
@@ -204,9 +200,9 @@ def _fragmentation_choices(
                 if best is None or delta < best[0]:
                     best = (delta, choice)
             assert best is not None
-            entry = remember(memo.fragmentation, key, (compiled, best, before, after))
-        found_all.append(entry[1])
-    return found_all
+            entry = remember(memo.fragmentation, key, (compiled, -best[0], best[1], before, after))
+        cand.score = entry[1]
+        cand.choice = entry[2]
 
 
 def _options(state: State, node: Node, alternatives: list[Choice], demand: Demand) -> tuple[Any, Any]:

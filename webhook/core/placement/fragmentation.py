@@ -81,12 +81,13 @@ class _Mix:
             entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
             if _REGISTRY.generation != generation:  # dropped meanwhile: index them all again, no drop now
                 entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
-            self.entries, self.generation = entries, _REGISTRY.generation
+            self.entries = entries
             self.indices = tuple(e[0] for e in entries)
             self.pick = _picker(self.indices)
             self.groups = _groups(entries)
             self.mask = sum(1 << i for i in set(self.indices))
             self.wanting = {}
+            self.generation = _REGISTRY.generation  # last: a reader that sees it sees the rest
         return self.entries
 
     def wanted(self, missing: int) -> tuple[_Group, ...]:

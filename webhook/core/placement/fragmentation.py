@@ -166,10 +166,11 @@ class _Registry:
     with the pods) costs a dot product per state, not a new evaluation. Append-only; when full, the
     vectors and the registry are dropped together and compiled mixes re-index (`generation`)."""
 
-    __slots__ = ("indices", "generation")
+    __slots__ = ("indices", "shares", "generation")
 
     def __init__(self) -> None:
         self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
+        self.shares = 0  # the indices of the kinds that share one card (the waste table's), as bits
         self.generation = 0
 
     def index(self, kind: _Kind, drop: bool = True) -> int:
@@ -179,11 +180,14 @@ class _Registry:
             if drop and len(self.indices) >= _KINDS_LIMIT:
                 self.drop()
             found = self.indices[key] = len(self.indices)
+            if kind[0] == 1 and kind[1] < MILLI:
+                self.shares |= 1 << found
         return found
 
     def drop(self) -> None:
         """Forget every kind, and the vectors indexed by them; compiled mixes re-index."""
         self.indices.clear()
+        self.shares = 0
         _VECTORS.clear()
         self.generation += 1
 
@@ -341,14 +345,18 @@ def expected(found: Measured, mix: _Mix) -> float:
         if mix.generation != _REGISTRY.generation:
             mix.indexed()
         values = found.values
-        if found.generation != _REGISTRY.generation or found.sizes != mix.sizes:
-            # The registry was dropped (indices mean other kinds), or the mix's shares changed (so did what
-            # a card's remainder wastes): compute again.
+        if found.generation != _REGISTRY.generation:
+            # The registry was dropped (indices mean other kinds): compute again.
             values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
             found.generation = _REGISTRY.generation
             found.known = 0
             found.sizes = mix.sizes
-        elif len(values) < len(_REGISTRY.indices):
+        elif found.sizes != mix.sizes:
+            # The mix's shares changed, and so did what a card's remainder wastes: the kinds that share a
+            # card are computed again (whole-card and multi-GPU kinds never read the waste table).
+            found.known &= ~_REGISTRY.shares
+            found.sizes = mix.sizes
+        if len(values) < len(_REGISTRY.indices):
             grown = array("d", [_NAN]) * len(_REGISTRY.indices)
             grown[: len(values)] = values
             values = found.values = grown

@@ -190,3 +190,38 @@ def test_scores_under_a_changing_mix_are_a_fresh_index_s() -> None:
                                 mix)
                         + TIE_BREAK * sum(node_state(node, after)[0]) / MILLI)
                 assert -option.score == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_one_node_asked_for_gives_what_ranking_every_candidate_gives() -> None:
+    # For one node, no node constraints and the fragmentation policy alone, placement compares the node
+    # classes on their memo entries in one pass. It must give the very rejections, eligible nodes and
+    # option (node, GPUs, score, loss) that scoring and ranking every candidate give, pod after pod, as
+    # nodes fill up and the mix changes, with memos warm and cold.
+    rng = random.Random(17)
+    pairs = [random_node(rng) for _ in range(30)]
+    nodes = {f"n{i:02}": Node(name=f"n{i:02}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
+             for i, (n, _) in enumerate(pairs)}
+    usage = {f"n{i:02}": NodeUsage(gpus=tuple(GpuUsage() for _ in n.gpus)) for i, (n, _) in enumerate(pairs)}
+    one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
+    shapes = ((1, 25, 1000, ()), (1, 47, 4000, ()), (1, 81, 2000, ()), (1, 100, 8000, ()), (1, 47, 0, ("T4",)),
+              (2, 100, 16000, ()), (0, 0, 6000, ()), (1, 100, 200000, ()))
+    mix = random_mix(rng)
+    placed = 0
+    for step in range(160):
+        if step % 7 == 0:
+            mix = random_mix(rng)
+        gpus, pct, cpu, models = rng.choice(shapes)
+        request = PodRequest("ns", f"p{step}", gpus=gpus, memory_pct=pct if gpus else None,
+                             cores=pct if gpus else None, cpu_milli=cpu, models_include=models)
+        fast = place(request, one_pass, PlacementContext(policy="fragmentation", limit=1, workload_mix=mix))
+        full = place(request, ranked, PlacementContext(policy={"fragmentation": 1.0}, limit=1, workload_mix=mix))
+        assert (fast.eligible, dict(fast.rejected)) == (full.eligible, dict(full.rejected))
+        assert [(o.node, o.gpus, o.memory_mib, o.cores, o.score, o.loss) for o in fast.options] == \
+            [(o.node, o.gpus, o.memory_mib, o.cores, o.score, o.loss) for o in full.options]
+        best = fast.best
+        if best is not None and step % 4:
+            usage[best.node] = commit(usage[best.node], best, request, nodes[best.node])
+            one_pass.apply(best.node, usage[best.node])
+            ranked.apply(best.node, usage[best.node])
+            placed += 1
+    assert placed > 60  # the nodes filled up along the way

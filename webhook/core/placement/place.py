@@ -21,10 +21,10 @@ from webhook.core.podspec.vendors import COUNT_RESOURCES
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
-from .nodeindex import NodeIndex, Shape, taken
+from .nodeindex import NodeClass, NodeIndex, Shape, taken
 from .nodereach import ShapeReach, count_rejections, reach_of
 from .ranking import best_options, random_options
-from .scoring import Candidate, score_all
+from .scoring import Candidate, fragmentation_memo, option_of, score_all, weighed
 from .topology import expected_loss
 
 _ELIGIBLE_MEMO = 256
@@ -170,6 +170,55 @@ def _candidates(
     return out
 
 
+def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementContext, rejected: dict[str, int],
+                           eligible: list[str] | None) -> Candidate | None:
+    """The best node class for one node under the fragmentation policy alone, for a pod with no node
+    constraints, UUIDs or topology ranking: `_candidates` and the scorer in one pass (the same rejections,
+    eligible nodes and answer as `_ranked` over `_candidates`, which the tests hold equal). A class whose
+    memo entry is current is compared on its score alone, never made a candidate: most classes are."""
+    statics = index.statics
+    token = statics.token(demand.key)
+    gpu_policy = demand.gpu_policy or ctx.gpu_policy
+    placing, compiled = fragmentation_memo(demand, ctx, statics.token)
+    best: NodeClass | None = None
+    best_entry: Any = None
+    best_fit: Any = None
+    best_score = 0.0
+    for shape in statics.shapes:
+        verdict = static_verdict(shape, demand)
+        if isinstance(verdict, str):
+            rejected[verdict] = rejected.get(verdict, 0) + len(shape.names)
+            continue
+        if eligible is not None:
+            eligible.extend(shape.names)
+        first = verdict.first_bucket
+        allowed = verdict.allowed
+        key = (token, allowed, gpu_policy)  # choose_gpus' memo key
+        entry_key = (placing, allowed)  # the fragmentation memo's
+        for node_class in index.classes(shape, first):
+            state = node_class.state
+            memo = state.memo
+            entry = memo.fragmentation.get(entry_key)
+            if entry is None or entry[0] is not compiled:
+                choice = memo.choices.get(key)
+                if choice is None:
+                    choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
+                if isinstance(choice, str):
+                    rejected[choice] = rejected.get(choice, 0) + len(node_class.names)
+                    continue
+                entry = weighed(Candidate(state, node_class.names, choice, verdict, allowed), entry_key, entry,
+                                compiled, demand)
+            score = entry[1]
+            if best is None or score > best_score or (score == best_score and node_class.names[0] < best.names[0]):
+                best, best_entry, best_fit, best_score = node_class, entry, verdict, score
+        busy = index.count_below(shape, first)
+        if busy:
+            rejected["busy"] = rejected.get("busy", 0) + busy
+    if best is None:
+        return None
+    return Candidate(best.state, best.names, best_entry[2], best_fit, best_fit.allowed, score=best_score)
+
+
 class _Pinned(NamedTuple):
     """What looking at nodes one by one found: candidates, rejections in the order met, eligible names."""
 
@@ -239,11 +288,19 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     key = (demand.key, demand.uuids_include, demand.uuids_exclude, constraints)
     eligible = memo.get(key)
     collected: list[str] | None = [] if eligible is None else None
+    topology_first = demand.count > 1 and demand.topology_aware
+    if (ctx.limit == 1 and ctx.policy == "fragmentation" and "fragmentation" not in ctx.scorers and reach is None
+            and not topology_first and not demand.uuids_include and not demand.uuids_exclude):
+        found = _best_by_fragmentation(index, demand, ctx, rejected, collected)
+        if eligible is None:
+            assert collected is not None
+            eligible = _remember(memo, key, collected)
+        options: tuple[Option, ...] = (option_of(found, found.names[0], ctx),) if found is not None else ()
+        return Placement(eligible=eligible, options=options, rejected=rejected)
     cands = _candidates(index, demand, ctx, rejected, collected, reach)
     if eligible is None:
         assert collected is not None
         eligible = _remember(memo, key, collected)
-    topology_first = demand.count > 1 and demand.topology_aware
     if demand.count > 1:  # one GPU is always SINGLE: the options' losses come with them (scoring.option_of)
         for cand in cands:
             cand.loss = expected_loss(cand.choice.topology, ctx.topology_loss)

@@ -171,38 +171,49 @@ def _fragmentation_choices(
     Memoised per node state: between two decisions only the classes that changed are evaluated again.
     """
 
+    placing, compiled = fragmentation_memo(demand, ctx, token)
+    for cand in cands:
+        key = (placing, cand.allowed)
+        entry = cand.state.memo.fragmentation.get(key)
+        if entry is None or entry[0] is not compiled:
+            entry = weighed(cand, key, entry, compiled, demand)
+        cand.score = entry[1]
+        cand.choice = entry[2]
+
+
+def fragmentation_memo(demand: Demand, ctx: PlacementContext, token: Callable[[Any], int]) -> tuple[int, Any]:
+    """What a fragmentation memo entry is looked up by: the pod's placement token (with each candidate's
+    allowed GPUs) and the compiled mix it must have been weighed under."""
     placing = token(("fragmentation", demand.key, demand.gpu_policy or ctx.gpu_policy))
     compiled = ctx.compiled.mix
     if compiled is None:
         compiled = ctx.compiled.mix = compiled_mix(ctx.workload_mix or default_mix())
-    for cand in cands:
-        memo = cand.state.memo
-        key = (placing, cand.allowed)
-        entry = memo.fragmentation.get(key)
-        if entry is None or entry[0] is not compiled:
-            # The node's states after each option do not depend on the mix: kept with the answer, so
-            # that a new (learned) mix re-weighs them without placing the pod again. The entry is
-            # replaced whole, never changed: a reader never sees one mix's answer with another's.
-            if entry is None:
-                node = cand.state.shape.template
-                alternatives = [cand.choice]
-                if not demand.exclusive and demand.count == 1:
-                    alternatives = list(cand.choice.alternatives) or alternatives
-                before, after = _options(cand.state, node, alternatives, demand)
-            else:
-                before, after = entry[3], entry[4]
-            # `expected` (Cost: in the docstring).
-            was = before.expected if before.mix is compiled else expected(before, compiled)
-            best: tuple[float, Choice] | None = None
-            for choice, state in after:
-                now = state.expected if state.mix is compiled else expected(state, compiled)
-                delta = now - was + TIE_BREAK * state.free / MILLI
-                if best is None or delta < best[0]:
-                    best = (delta, choice)
-            assert best is not None
-            entry = remember(memo.fragmentation, key, (compiled, -best[0], best[1], before, after))
-        cand.score = entry[1]
-        cand.choice = entry[2]
+    return placing, compiled
+
+
+def weighed(cand: Candidate, key: tuple[int, int], entry: Any, compiled: Any, demand: Demand) -> Any:
+    """The candidate's memo entry under the mix: (mix, minus the growth, the GPUs, the state before, each
+    option with the state after). The states do not depend on the mix, so they are kept with the answer
+    and a new (learned) mix re-weighs them without placing the pod again. The entry is replaced whole,
+    never changed: a reader never sees one mix's answer with another's."""
+    if entry is None:
+        node = cand.state.shape.template
+        alternatives = [cand.choice]
+        if not demand.exclusive and demand.count == 1:
+            alternatives = list(cand.choice.alternatives) or alternatives
+        before, after = _options(cand.state, node, alternatives, demand)
+    else:
+        before, after = entry[3], entry[4]
+    # `expected` (Cost: in the docstring).
+    was = before.expected if before.mix is compiled else expected(before, compiled)
+    best: tuple[float, Choice] | None = None
+    for choice, state in after:
+        now = state.expected if state.mix is compiled else expected(state, compiled)
+        delta = now - was + TIE_BREAK * state.free / MILLI
+        if best is None or delta < best[0]:
+            best = (delta, choice)
+    assert best is not None
+    return remember(cand.state.memo.fragmentation, key, (compiled, -best[0], best[1], before, after))
 
 
 def _options(state: State, node: Node, alternatives: list[Choice], demand: Demand) -> tuple[Any, Any]:

@@ -341,6 +341,13 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     collected: list[str] = []
     cands: list[Candidate] = []
     no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
+    # One node under the fragmentation policy alone: classes are compared on their memo entries as they
+    # come (as in `_best_by_fragmentation`), not made candidates and ranked.
+    one_pass = (ctx.limit == 1 and ctx.policy == "fragmentation" and "fragmentation" not in ctx.scorers
+                and reach is None)
+    placing, compiled = fragmentation_memo(demand, ctx, index.statics.token) if one_pass else (0, None)
+    entry_key = (placing, 0)
+    best: Candidate | None = None
     for shape in index.statics.shapes:
         node = shape.template
         reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
@@ -365,11 +372,21 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
                 rejected["cpu"] = rejected.get("cpu", 0) + len(names)
             elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
+            elif one_pass:
+                entry = state.memo.fragmentation.get(entry_key)
+                if entry is None or entry[0] is not compiled:
+                    entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
+                score = entry[1]
+                if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
+                    best = Candidate(state, names, entry[2], _NO_FIT, 0, no_gpu_loss, score)
             else:
                 cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
     if eligible is None:
         eligible = _remember(memo, key, collected)
-    options = _ranked(cands, False, request, demand, index, ctx, reach)
+    if one_pass:
+        options: tuple[Option, ...] = (option_of(best, best.names[0], ctx),) if best is not None else ()
+    else:
+        options = _ranked(cands, False, request, demand, index, ctx, reach)
     return Placement(eligible=eligible, options=options, rejected=rejected)
 
 

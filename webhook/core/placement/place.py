@@ -7,7 +7,9 @@ Policies: random, best-fit, dot-product, binpack, spread, fewest-tasks, fragment
 Cost: work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on
 a thousand nodes as on a hundred. In the loop over classes, choose_gpus' memo (per node state) and
 reach.within's (per names tuple, held with it) are looked up inline, not through the helpers: that loop
-runs once per class per decision. Neither changes an answer.
+runs once per class per decision. For one node under the fragmentation policy alone (the simulator's
+case), a class whose fragmentation memo entry is current is compared on its score as the loop meets it,
+never made a candidate (`_best_by_fragmentation`; `_place_on_host` likewise). None changes an answer.
 """
 
 from __future__ import annotations

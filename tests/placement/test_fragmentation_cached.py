@@ -225,3 +225,67 @@ def test_one_node_asked_for_gives_what_ranking_every_candidate_gives() -> None:
             ranked.apply(best.node, usage[best.node])
             placed += 1
     assert placed > 60  # the nodes filled up along the way
+
+
+def drifting_mixes(rng: random.Random, count: int) -> list[tuple[WorkloadShape, ...]]:
+    """Mixes of the same shares (the kinds' values stay and only the weights move, as a learned mix's do
+    between two changes of its shares), each a small step from the last, as a learned mix mostly moves:
+    a light kind's weight doubled or halved, or a light kind of other CPU and memory in or out."""
+    shares = [k for k in POOL if k.gpus == 1 and k.milli in (250, 470, 810) and not k.models]
+    others = [k for k in POOL if k.milli == MILLI and not k.models]
+    heavy = {k: 4.0 for k in rng.sample(shares, 4) + rng.sample(others, 4)}
+    for milli in (250, 470, 810):  # every mix keeps each share, so its waste table stays the same
+        heavy.setdefault(next(k for k in shares if k.milli == milli), 4.0)
+    light = [k for k in shares + others if k not in heavy]
+    kept: dict[WorkloadShape, float] = {}
+    mixes = []
+    for _ in range(count):
+        kind = rng.choice(light)
+        if kind in kept and rng.random() < 0.5:
+            kept[kind] = min(0.4, max(0.05, kept[kind] * rng.choice((0.5, 2.0))))
+        elif kind in kept:
+            del kept[kind]
+        else:
+            kept[kind] = 0.1
+        mixes.append(tuple(WorkloadShape(k.gpus, k.milli, w, k.cpu_milli, k.memory_mib, k.models)
+                           for k, w in sorted({**heavy, **kept}.items(), key=lambda kw: repr(kw[0]))))
+    return mixes
+
+
+def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a new mix of the same shares, the one pass weighs a class again only when its bound could
+    # beat the best found: the answer must stay exactly ranking every candidate's, with fewer weighings.
+    import webhook.core.placement.place as place_module
+    import webhook.core.placement.scoring as scoring_module
+
+    calls = {"one pass": 0, "ranked": 0}
+    weighed = scoring_module.weighed
+
+    def counted(path: str) -> object:
+        def count(*args: object) -> object:
+            calls[path] += 1
+            return weighed(*args)  # type: ignore[arg-type]
+        return count
+
+    monkeypatch.setattr(place_module, "weighed", counted("one pass"))
+    monkeypatch.setattr(scoring_module, "weighed", counted("ranked"))
+    rng = random.Random(23)
+    pairs = [random_node(rng) for _ in range(40)]
+    nodes = {f"n{i:02}": Node(name=f"n{i:02}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
+             for i, (n, _) in enumerate(pairs)}
+    usage = {f"n{i:02}": NodeUsage(gpus=tuple(GpuUsage() for _ in n.gpus)) for i, (n, _) in enumerate(pairs)}
+    one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
+    shapes = ((1, 25, 1000), (1, 47, 4000), (1, 81, 2000), (1, 100, 8000), (0, 0, 6000))
+    for step, mix in enumerate(drifting_mixes(rng, 150)):
+        gpus, pct, cpu = shapes[step % len(shapes)]
+        request = PodRequest("ns", f"p{step}", gpus=gpus, memory_pct=pct if gpus else None,
+                             cores=pct if gpus else None, cpu_milli=cpu)
+        fast = place(request, one_pass, PlacementContext(policy="fragmentation", limit=1, workload_mix=mix))
+        full = place(request, ranked, PlacementContext(policy={"fragmentation": 1.0}, limit=1, workload_mix=mix))
+        assert (fast.eligible, dict(fast.rejected)) == (full.eligible, dict(full.rejected))
+        assert [(o.node, o.gpus, o.score) for o in fast.options] == [(o.node, o.gpus, o.score) for o in full.options]
+        if fast.best is not None and step % 3 == 0:
+            usage[fast.best.node] = commit(usage[fast.best.node], fast.best, request, nodes[fast.best.node])
+            one_pass.apply(fast.best.node, usage[fast.best.node])
+            ranked.apply(fast.best.node, usage[fast.best.node])
+    assert 0 < calls["one pass"] < 0.7 * calls["ranked"]  # fewer classes were weighed again

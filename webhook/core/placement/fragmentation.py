@@ -58,7 +58,8 @@ class _Mix:
     when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
     for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
 
-    __slots__ = ("kinds", "entries", "generation", "indices", "pick", "weights", "groups", "mask", "sizes", "wanting")
+    __slots__ = ("kinds", "entries", "generation", "indices", "pick", "weights", "groups", "mask", "sizes", "wanting",
+                 "distances")
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
@@ -74,6 +75,7 @@ class _Mix:
         # Missing kinds (bits) -> the groups holding them: after a mix gains a kind, every state it weighs
         # misses the same few, so a state fills those groups only (`wanted`).
         self.wanting: dict[int, tuple[_Group, ...]] = {}
+        self.distances: dict[_Mix, float] = {}  # other mix -> `distance`
 
     def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
         if self.generation != _REGISTRY.generation:
@@ -89,6 +91,28 @@ class _Mix:
             self.wanting = {}
             self.generation = _REGISTRY.generation  # last: a reader that sees it sees the rest
         return self.entries
+
+    def distance(self, other: _Mix) -> float:
+        """How far the kinds' weights moved from `other` to this mix: the sum of each kind's change (a
+        kind in one mix only counts its whole weight); inf when the two have other shares (the kinds'
+        values differ too: `waste_table`) or `other` was indexed against a dropped registry. Between mixes
+        of the same shares, a state's expected value moves by at most this times its free capacity (a
+        kind's value lies between 0 and the free capacity)."""
+        if self.generation != _REGISTRY.generation:
+            self.indexed()
+        if other.generation != self.generation or other.sizes != self.sizes:
+            return float("inf")
+        found = self.distances.get(other)
+        if found is None:
+            weights: dict[int, float] = {}
+            for index, weight, _ in self.entries:
+                weights[index] = weights.get(index, 0.0) + weight
+            for index, weight, _ in other.entries:
+                weights[index] = weights.get(index, 0.0) - weight
+            if len(self.distances) >= 64:
+                self.distances.clear()
+            found = self.distances[other] = sum(abs(w) for w in weights.values())
+        return found
 
     def wanted(self, missing: int) -> tuple[_Group, ...]:
         """The groups with a kind among `missing` (bits of indices)."""

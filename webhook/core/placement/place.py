@@ -22,6 +22,7 @@ from webhook.core.podspec.vendors import COUNT_RESOURCES
 
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
+from .fragmentation import MILLI
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
 from .nodeindex import NodeClass, NodeIndex, Shape, taken
 from .nodereach import ShapeReach, count_rejections, reach_of
@@ -177,7 +178,8 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
     """The best node class for one node under the fragmentation policy alone, for a pod with no node
     constraints, UUIDs or topology ranking: `_candidates` and the scorer in one pass (the same rejections,
     eligible nodes and answer as `_ranked` over `_candidates`, which the tests hold equal). A class whose
-    memo entry is current is compared on its score alone, never made a candidate: most classes are."""
+    memo entry is current is compared on its score alone, never made a candidate: most classes are. One
+    weighed under an earlier mix is weighed again only if it could still be the best (`_could_win`)."""
     statics = index.statics
     token = statics.token(demand.key)
     gpu_policy = demand.gpu_policy or ctx.gpu_policy
@@ -186,6 +188,7 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
     best_entry: Any = None
     best_fit: Any = None
     best_score = 0.0
+    later: list[tuple[float, NodeClass, Any, Any, tuple[int, int]]] = []
     for shape in statics.shapes:
         verdict = static_verdict(shape, demand)
         if isinstance(verdict, str):
@@ -201,6 +204,11 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
             state = node_class.state
             memo = state.memo
             entry = memo.fragmentation.get(entry_key)
+            if entry is not None and entry[0] is not compiled:
+                bound = _could_win(entry, compiled)
+                if bound < _UNBOUNDED:  # its GPUs fitted when it was weighed: weighed below, if need be
+                    later.append((bound, node_class, entry, verdict, entry_key))
+                    continue
             if entry is None or entry[0] is not compiled:
                 choice = memo.choices.get(key)
                 if choice is None:
@@ -216,9 +224,30 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
         busy = index.count_below(shape, first)
         if busy:
             rejected["busy"] = rejected.get("busy", 0) + busy
+    for bound, node_class, entry, verdict, entry_key in later:
+        if best is not None and bound < best_score:
+            continue  # its score under this mix is at most the bound: below the best's
+        entry = weighed(Candidate(node_class.state, node_class.names, entry[2], verdict, verdict.allowed),
+                        entry_key, entry, compiled, demand)
+        score = entry[1]
+        if best is None or score > best_score or (score == best_score and node_class.names[0] < best.names[0]):
+            best, best_entry, best_fit, best_score = node_class, entry, verdict, score
     if best is None:
         return None
     return Candidate(best.state, best.names, best_entry[2], best_fit, best_fit.allowed, score=best_score)
+
+
+# Rounding in a score computed under one mix is far below this; a bound is widened by it.
+_SLACK = 1e-9
+_UNBOUNDED = float("inf")
+
+
+def _could_win(entry: Any, compiled: Any) -> float:
+    """The most a memo entry weighed under an earlier mix can score under `compiled`: each kind's value
+    lies between 0 and the free capacity before, so the growth moves by at most the weights' change
+    (`distance`) times that capacity; inf where the kinds' values differ between the mixes too."""
+    moved: float = compiled.distance(entry[0]) * entry[3].free / MILLI
+    return float(entry[1]) + moved + _SLACK
 
 
 class _Pinned(NamedTuple):
@@ -350,6 +379,7 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     placing, compiled = fragmentation_memo(demand, ctx, index.statics.token) if one_pass else (0, None)
     entry_key = (placing, 0)
     best: Candidate | None = None
+    later: list[tuple[float, Any, tuple[str, ...], Any]] = []  # weighed under an earlier mix (`_could_win`)
     for shape in index.statics.shapes:
         node = shape.template
         reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
@@ -376,6 +406,11 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
             elif one_pass:
                 entry = state.memo.fragmentation.get(entry_key)
+                if entry is not None and entry[0] is not compiled:
+                    bound = _could_win(entry, compiled)
+                    if bound < _UNBOUNDED:
+                        later.append((bound, state, names, entry))
+                        continue
                 if entry is None or entry[0] is not compiled:
                     entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
                 score = entry[1]
@@ -383,6 +418,13 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
                     best = Candidate(state, names, entry[2], _NO_FIT, 0, no_gpu_loss, score)
             else:
                 cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
+    for bound, state, names, entry in later:
+        if best is not None and bound < best.score:
+            continue
+        entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
+        score = entry[1]
+        if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
+            best = Candidate(state, names, entry[2], _NO_FIT, 0, no_gpu_loss, score)
     if eligible is None:
         eligible = _remember(memo, key, collected)
     if one_pass:

@@ -192,16 +192,21 @@ def test_scores_under_a_changing_mix_are_a_fresh_index_s() -> None:
                 assert -option.score == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
+def empty_cluster(rng: random.Random, count: int) -> tuple[dict[str, Node], dict[str, NodeUsage]]:
+    """`count` random nodes (names in order), nothing placed on them."""
+    made = [random_node(rng)[0] for _ in range(count)]
+    nodes = {f"n{i:02}": Node(name=f"n{i:02}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
+             for i, n in enumerate(made)}
+    return nodes, {name: NodeUsage(gpus=tuple(GpuUsage() for _ in n.gpus)) for name, n in nodes.items()}
+
+
 def test_one_node_asked_for_gives_what_ranking_every_candidate_gives() -> None:
     # For one node, no node constraints and the fragmentation policy alone, placement compares the node
     # classes on their memo entries in one pass. It must give the very rejections, eligible nodes and
     # option (node, GPUs, score, loss) that scoring and ranking every candidate give, pod after pod, as
     # nodes fill up and the mix changes, with memos warm and cold.
     rng = random.Random(17)
-    pairs = [random_node(rng) for _ in range(30)]
-    nodes = {f"n{i:02}": Node(name=f"n{i:02}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
-             for i, (n, _) in enumerate(pairs)}
-    usage = {f"n{i:02}": NodeUsage(gpus=tuple(GpuUsage() for _ in n.gpus)) for i, (n, _) in enumerate(pairs)}
+    nodes, usage = empty_cluster(rng, 30)
     one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
     shapes = ((1, 25, 1000, ()), (1, 47, 4000, ()), (1, 81, 2000, ()), (1, 100, 8000, ()), (1, 47, 0, ("T4",)),
               (2, 100, 16000, ()), (0, 0, 6000, ()), (1, 100, 200000, ()))
@@ -270,10 +275,7 @@ def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypa
     monkeypatch.setattr(place_module, "weighed", counted("one pass"))
     monkeypatch.setattr(scoring_module, "weighed", counted("ranked"))
     rng = random.Random(23)
-    pairs = [random_node(rng) for _ in range(40)]
-    nodes = {f"n{i:02}": Node(name=f"n{i:02}", gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib)
-             for i, (n, _) in enumerate(pairs)}
-    usage = {f"n{i:02}": NodeUsage(gpus=tuple(GpuUsage() for _ in n.gpus)) for i, (n, _) in enumerate(pairs)}
+    nodes, usage = empty_cluster(rng, 40)
     one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
     shapes = ((1, 25, 1000), (1, 47, 4000), (1, 81, 2000), (1, 100, 8000), (0, 0, 6000))
     for step, mix in enumerate(drifting_mixes(rng, 150)):

@@ -24,7 +24,7 @@ from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .fragmentation import MILLI
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
-from .nodeindex import NodeClass, NodeIndex, Shape, taken
+from .nodeindex import NodeIndex, Shape, taken
 from .nodereach import ShapeReach, count_rejections, reach_of
 from .ranking import best_options, random_options
 from .scoring import Candidate, fragmentation_memo, option_of, score_all, weighed
@@ -184,11 +184,7 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
     token = statics.token(demand.key)
     gpu_policy = demand.gpu_policy or ctx.gpu_policy
     placing, compiled = fragmentation_memo(demand, ctx, statics.token)
-    best: NodeClass | None = None
-    best_entry: Any = None
-    best_fit: Any = None
-    best_score = 0.0
-    later: list[tuple[float, NodeClass, Any, Any, tuple[int, int]]] = []
+    leader = _Leader(compiled)
     for shape in statics.shapes:
         verdict = static_verdict(shape, demand)
         if isinstance(verdict, str):
@@ -204,11 +200,9 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
             state = node_class.state
             memo = state.memo
             entry = memo.fragmentation.get(entry_key)
-            if entry is not None and entry[0] is not compiled:
-                bound = _could_win(entry, compiled)
-                if bound < _UNBOUNDED:  # its GPUs fitted when it was weighed: weighed below, if need be
-                    later.append((bound, node_class, entry, verdict, entry_key))
-                    continue
+            if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, node_class.names,
+                                                                                   verdict, entry_key):
+                continue  # its GPUs fitted when it was weighed: weighed at the end, if it could still win
             if entry is None or entry[0] is not compiled:
                 choice = memo.choices.get(key)
                 if choice is None:
@@ -218,23 +212,53 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
                     continue
                 entry = weighed(Candidate(state, node_class.names, choice, verdict, allowed), entry_key, entry,
                                 compiled, demand)
-            score = entry[1]
-            if best is None or score > best_score or (score == best_score and node_class.names[0] < best.names[0]):
-                best, best_entry, best_fit, best_score = node_class, entry, verdict, score
+            leader.offer(entry, state, node_class.names, verdict)
         busy = index.count_below(shape, first)
         if busy:
             rejected["busy"] = rejected.get("busy", 0) + busy
-    for bound, node_class, entry, verdict, entry_key in later:
-        if best is not None and bound < best_score:
-            continue  # its score under this mix is at most the bound: below the best's
-        entry = weighed(Candidate(node_class.state, node_class.names, entry[2], verdict, verdict.allowed),
-                        entry_key, entry, compiled, demand)
-        score = entry[1]
-        if best is None or score > best_score or (score == best_score and node_class.names[0] < best.names[0]):
-            best, best_entry, best_fit, best_score = node_class, entry, verdict, score
-    if best is None:
-        return None
-    return Candidate(best.state, best.names, best_entry[2], best_fit, best_fit.allowed, score=best_score)
+    return leader.settled(demand)
+
+
+class _Leader:
+    """The one-pass loops' best class so far (highest score, then first name), and the classes whose memo
+    entry was weighed under an earlier mix, put off until the best is known: one is weighed again only
+    if its bound (`_could_win`) could still beat the best."""
+
+    __slots__ = ("compiled", "best", "later")
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        self.best: Candidate | None = None
+        self.later: list[tuple[float, Any, Any, tuple[str, ...], Fit, tuple[int, int]]] = []
+
+    def offer(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit) -> None:
+        """A class with its exact memo entry under the mix."""
+        best, score = self.best, entry[1]
+        if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
+            self.best = Candidate(state, names, entry[2], fit, fit.allowed, 0.0, score)
+
+    def put_off(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit, key: tuple[int, int]) -> bool:
+        """Keep a class weighed under an earlier mix for `settled`; False where no bound holds."""
+        bound = _could_win(entry, self.compiled)
+        if bound == _UNBOUNDED:
+            return False
+        self.later.append((bound, entry, state, names, fit, key))
+        return True
+
+    def settled(self, demand: Demand) -> Candidate | None:
+        """The best class, once the put-off ones that could still beat it are weighed."""
+        for bound, entry, state, names, fit, key in self.later:
+            if self.best is not None and bound < self.best.score:
+                continue  # its score under this mix is at most the bound: below the best's
+            entry = weighed(Candidate(state, names, entry[2], fit, fit.allowed), key, entry, self.compiled, demand)
+            self.offer(entry, state, names, fit)
+        return self.best
+
+
+def _one_pass(ctx: PlacementContext, reach: ShapeReach | None) -> bool:
+    """Whether node classes may be compared as they are met, not ranked: one node asked for, the
+    fragmentation policy alone, and no node constraints to weigh preferred terms or narrow the classes."""
+    return ctx.limit == 1 and ctx.policy == "fragmentation" and "fragmentation" not in ctx.scorers and reach is None
 
 
 # Rounding in a score computed under one mix is far below this; a bound is widened by it.
@@ -320,8 +344,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
     eligible = memo.get(key)
     collected: list[str] | None = [] if eligible is None else None
     topology_first = demand.count > 1 and demand.topology_aware
-    if (ctx.limit == 1 and ctx.policy == "fragmentation" and "fragmentation" not in ctx.scorers and reach is None
-            and not topology_first and not demand.uuids_include and not demand.uuids_exclude):
+    if _one_pass(ctx, reach) and not topology_first and not demand.uuids_include and not demand.uuids_exclude:
         found = _best_by_fragmentation(index, demand, ctx, rejected, collected)
         if eligible is None:
             assert collected is not None
@@ -374,12 +397,10 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     no_gpu_loss = expected_loss(_NO_GPU.topology, ctx.topology_loss)
     # One node under the fragmentation policy alone: classes are compared on their memo entries as they
     # come (as in `_best_by_fragmentation`), not made candidates and ranked.
-    one_pass = (ctx.limit == 1 and ctx.policy == "fragmentation" and "fragmentation" not in ctx.scorers
-                and reach is None)
+    one_pass = _one_pass(ctx, reach)
     placing, compiled = fragmentation_memo(demand, ctx, index.statics.token) if one_pass else (0, None)
     entry_key = (placing, 0)
-    best: Candidate | None = None
-    later: list[tuple[float, Any, tuple[str, ...], Any]] = []  # weighed under an earlier mix (`_could_win`)
+    leader = _Leader(compiled)
     for shape in index.statics.shapes:
         node = shape.template
         reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
@@ -406,28 +427,18 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
             elif one_pass:
                 entry = state.memo.fragmentation.get(entry_key)
-                if entry is not None and entry[0] is not compiled:
-                    bound = _could_win(entry, compiled)
-                    if bound < _UNBOUNDED:
-                        later.append((bound, state, names, entry))
-                        continue
+                if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, names, _NO_FIT,
+                                                                                       entry_key):
+                    continue
                 if entry is None or entry[0] is not compiled:
                     entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
-                score = entry[1]
-                if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
-                    best = Candidate(state, names, entry[2], _NO_FIT, 0, no_gpu_loss, score)
+                leader.offer(entry, state, names, _NO_FIT)
             else:
                 cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
-    for bound, state, names, entry in later:
-        if best is not None and bound < best.score:
-            continue
-        entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
-        score = entry[1]
-        if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
-            best = Candidate(state, names, entry[2], _NO_FIT, 0, no_gpu_loss, score)
     if eligible is None:
         eligible = _remember(memo, key, collected)
     if one_pass:
+        best = leader.settled(demand)
         options: tuple[Option, ...] = (option_of(best, best.names[0], ctx),) if best is not None else ()
     else:
         options = _ranked(cands, False, request, demand, index, ctx, reach)

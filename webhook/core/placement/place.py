@@ -179,7 +179,7 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
     constraints, UUIDs or topology ranking: `_candidates` and the scorer in one pass (the same rejections,
     eligible nodes and answer as `_ranked` over `_candidates`, which the tests hold equal). A class whose
     memo entry is current is compared on its score alone, never made a candidate: most classes are. One
-    weighed under an earlier mix is weighed again only if it could still be the best (`_could_win`)."""
+    weighed under an earlier mix is weighed again only if it could still be the best (`_Leader.put_off`)."""
     statics = index.statics
     token = statics.token(demand.key)
     gpu_policy = demand.gpu_policy or ctx.gpu_policy
@@ -222,14 +222,15 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
 class _Leader:
     """The one-pass loops' best class so far (highest score, then first name), and the classes whose memo
     entry was weighed under an earlier mix, put off until the best is known: one is weighed again only
-    if its bound (`_could_win`) could still beat the best."""
+    if its bound could still beat the best."""
 
-    __slots__ = ("compiled", "best", "later")
+    __slots__ = ("compiled", "best", "later", "moves")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
         self.best: Candidate | None = None
         self.later: list[tuple[float, Any, Any, tuple[str, ...], Fit, tuple[int, int]]] = []
+        self.moves: dict[Any, float] = {}  # earlier mix -> `distance` per thousandth free
 
     def offer(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit) -> None:
         """A class with its exact memo entry under the mix."""
@@ -238,18 +239,29 @@ class _Leader:
             self.best = Candidate(state, names, entry[2], fit, fit.allowed, 0.0, score)
 
     def put_off(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit, key: tuple[int, int]) -> bool:
-        """Keep a class weighed under an earlier mix for `settled`; False where no bound holds."""
-        bound = _could_win(entry, self.compiled)
-        if bound == _UNBOUNDED:
+        """Keep a class weighed under an earlier mix for `settled`, unless its bound is already below the
+        best; False where no bound holds (weigh it now).
+
+        The bound: each kind's value lies between 0 and the free capacity before, so the growth moves by
+        at most the weights' change (`distance`) times that capacity; no bound where the kinds' values
+        differ between the mixes too (other shares)."""
+        old = entry[0]
+        moved = self.moves.get(old)
+        if moved is None:
+            moved = self.moves[old] = self.compiled.distance(old) / MILLI
+        if moved == _UNBOUNDED:
             return False
-        self.later.append((bound, entry, state, names, fit, key))
+        bound = entry[1] + moved * entry[3].free + _SLACK
+        best = self.best
+        if best is None or bound >= best.score:  # else its score under this mix is below the best's
+            self.later.append((bound, entry, state, names, fit, key))
         return True
 
     def settled(self, demand: Demand) -> Candidate | None:
         """The best class, once the put-off ones that could still beat it are weighed."""
         for bound, entry, state, names, fit, key in self.later:
             if self.best is not None and bound < self.best.score:
-                continue  # its score under this mix is at most the bound: below the best's
+                continue
             entry = weighed(Candidate(state, names, entry[2], fit, fit.allowed), key, entry, self.compiled, demand)
             self.offer(entry, state, names, fit)
         return self.best
@@ -264,14 +276,6 @@ def _one_pass(ctx: PlacementContext, reach: ShapeReach | None) -> bool:
 # Rounding in a score computed under one mix is far below this; a bound is widened by it.
 _SLACK = 1e-9
 _UNBOUNDED = float("inf")
-
-
-def _could_win(entry: Any, compiled: Any) -> float:
-    """The most a memo entry weighed under an earlier mix can score under `compiled`: each kind's value
-    lies between 0 and the free capacity before, so the growth moves by at most the weights' change
-    (`distance`) times that capacity; inf where the kinds' values differ between the mixes too."""
-    moved: float = compiled.distance(entry[0]) * entry[3].free / MILLI
-    return float(entry[1]) + moved + _SLACK
 
 
 class _Pinned(NamedTuple):

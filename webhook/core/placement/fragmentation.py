@@ -463,9 +463,9 @@ _HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
 def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], waste: _Waste) -> None:
-    """The values of the kinds of `groups` for the state (the same as `_kind_value`'s), a group at a time:
-    a group whose largest CPU and memory needs the node can meet as often as the cards allow has one
-    value for all its kinds."""
+    """The values of the kinds of `groups` for the state (the measure the module docstring defines), a
+    group at a time: a group whose largest CPU and memory needs the node can meet as often as the cards
+    allow has one value for all its kinds."""
     free, cpu, memory = state
     total = sum(free)
     cards = waste.cards.get(free)
@@ -499,16 +499,21 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
             for index, cpu_need, memory_need in members:
                 values[index] = held if cpu < cpu_need or memory < memory_need else fitting_value
             continue
+        # A kind the node's CPU or memory cannot take once is worth all of it in both views; another is
+        # stranded in the next-task view and limited by CPU and memory in the filled one.
         placed = gpus * milli
+        held = FILLED * total + (1 - FILLED) * total
+        next_part = (1 - FILLED) * stranded
         for index, cpu_need, memory_need in members:
-            next_task = total if cpu < cpu_need or memory < memory_need else stranded
+            if cpu < cpu_need or memory < memory_need:
+                values[index] = held
+                continue
             tasks = slots
-            if cpu_need and tasks:
-                tasks = min(tasks, cpu // cpu_need)
-            if memory_need and tasks:
-                tasks = min(tasks, memory // memory_need)
-            filled = left if tasks == slots else total - tasks * placed
-            values[index] = FILLED * filled + (1 - FILLED) * next_task
+            if cpu_need and cpu // cpu_need < tasks:
+                tasks = cpu // cpu_need
+            if memory_need and memory // memory_need < tasks:
+                tasks = memory // memory_need
+            values[index] = FILLED * (left if tasks == slots else total - tasks * placed) + next_part
 
 
 def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: array[float]
@@ -526,30 +531,6 @@ def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: arr
     if gpus == 1 and milli < MILLI:
         return (slots, sum(waste[f] for f in free if f < milli), sum(waste[f % milli] for f in free))
     return slots, float(sum(f for f in free if f < milli)), float(total - slots * gpus * milli)
-
-
-def _kind_value(model: str, state: _State, kind: _Kind, waste: array[float]) -> float:
-    """One kind's fragmentation of the state (thousandths), one kind at a time: what `_fill` computes a
-    group at a time (the tests hold the two equal)."""
-    free, cpu, memory = state
-    total = sum(free)
-    gpus, milli, _, cpu_need, memory_need, models = kind
-    if models and not any(m in model for m in models):
-        return float(total)
-    slots, stranded, left = _cards(free, total, (gpus, milli), waste)
-    next_task = total if cpu < cpu_need or memory < memory_need else stranded
-    if milli == MILLI:
-        # Whole-card kinds: the next-task view only. Filled with such tasks, a node is left whole cards,
-        # never a piece of one; cards stranded only by this kind's CPU or memory (or by its GPU count)
-        # stay usable by the lighter kinds of the mix, which the expectation counts in their own right.
-        return float(next_task)
-    tasks = slots
-    if cpu_need and tasks:
-        tasks = min(tasks, cpu // cpu_need)
-    if memory_need and tasks:
-        tasks = min(tasks, memory // memory_need)
-    filled = left if tasks == slots else total - tasks * gpus * milli
-    return FILLED * filled + (1 - FILLED) * next_task
 
 
 @lru_cache(maxsize=1 << 16)

@@ -22,7 +22,7 @@ from webhook.core.podspec.vendors import COUNT_RESOURCES
 
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
-from .fragmentation import MILLI
+from .fragmentation import MILLI, TIE_BREAK
 from .nodeconstraints import NodeConstraints, Toleration, constraints_of, tolerations_of
 from .nodeindex import NodeIndex, Shape, taken
 from .nodereach import ShapeReach, count_rejections, reach_of
@@ -238,6 +238,11 @@ class _Leader:
         if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
             self.best = Candidate(state, names, entry[2], fit, fit.allowed, 0.0, score)
 
+    def beaten(self, top: float, names: tuple[str, ...]) -> bool:
+        """Whether a class that scores at most `top` cannot beat the best so far."""
+        best = self.best
+        return best is not None and (top < best.score or (top == best.score and names[0] > best.names[0]))
+
     def put_off(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit, key: tuple[int, int]) -> bool:
         """Keep a class weighed under an earlier mix for `settled`, unless its bound is already below the
         best; False where no bound holds (weigh it now).
@@ -430,6 +435,9 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
             elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
             elif one_pass:
+                before = state.memo.before
+                if before is not None and leader.beaten(-(TIE_BREAK * before.free / MILLI), names):
+                    continue  # taking CPU and memory never lowers fragmentation: this is the most it scores
                 entry = state.memo.fragmentation.get(entry_key)
                 if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, names, _NO_FIT,
                                                                                        entry_key):

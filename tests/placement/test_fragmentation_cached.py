@@ -291,3 +291,49 @@ def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypa
             one_pass.apply(fast.best.node, usage[fast.best.node])
             ranked.apply(fast.best.node, usage[fast.best.node])
     assert 0 < calls["one pass"] < 0.7 * calls["ranked"]  # fewer classes were weighed again
+
+
+def test_pods_asking_for_no_gpu_weigh_only_the_classes_that_could_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Taking CPU and memory never lowers a node's fragmentation, so a pod asking for no GPU scores at most
+    # minus the best-fit term of the GPUs left free: the one pass skips a class that cannot beat the best
+    # so far. The answers must stay those of ranking every candidate (GPU-less nodes, which score 0, and
+    # nodes with GPUs mixed), and fewer classes are weighed.
+    import webhook.core.placement.place as place_module
+    import webhook.core.placement.scoring as scoring_module
+
+    calls = {"one pass": 0, "ranked": 0}
+    weighed = scoring_module.weighed
+
+    def counted(path: str) -> object:
+        def count(*args: object) -> object:
+            if args[4].count == 0:  # type: ignore[attr-defined]
+                calls[path] += 1
+            return weighed(*args)  # type: ignore[arg-type]
+        return count
+
+    monkeypatch.setattr(place_module, "weighed", counted("one pass"))
+    monkeypatch.setattr(scoring_module, "weighed", counted("ranked"))
+    rng = random.Random(29)
+    nodes, usage = empty_cluster(rng, 30)
+    for i in range(6):  # CPU-only nodes, some small enough to fill up
+        name = f"c{i}"
+        nodes[name] = Node(name=name, gpus=(), cpu_milli=rng.choice((8000, 16000, 64000)), memory_mib=65536)
+        usage[name] = NodeUsage()
+    one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
+    shapes = ((0, 0, 6000), (0, 0, 30000), (1, 47, 4000), (0, 0, 2000), (1, 100, 8000), (2, 100, 16000))
+    mix = random_mix(rng)
+    for step in range(180):
+        if step % 9 == 0:
+            mix = random_mix(rng)
+        gpus, pct, cpu = rng.choice(shapes)
+        request = PodRequest("ns", f"p{step}", gpus=gpus, memory_pct=pct if gpus else None,
+                             cores=pct if gpus else None, cpu_milli=cpu, memory_mib_host=rng.choice((0, 8192)))
+        fast = place(request, one_pass, PlacementContext(policy="fragmentation", limit=1, workload_mix=mix))
+        full = place(request, ranked, PlacementContext(policy={"fragmentation": 1.0}, limit=1, workload_mix=mix))
+        assert (fast.eligible, dict(fast.rejected)) == (full.eligible, dict(full.rejected))
+        assert [(o.node, o.gpus, o.score) for o in fast.options] == [(o.node, o.gpus, o.score) for o in full.options]
+        if fast.best is not None and step % 3:
+            usage[fast.best.node] = commit(usage[fast.best.node], fast.best, request, nodes[fast.best.node])
+            one_pass.apply(fast.best.node, usage[fast.best.node])
+            ranked.apply(fast.best.node, usage[fast.best.node])
+    assert 0 < calls["one pass"] < 0.5 * calls["ranked"]

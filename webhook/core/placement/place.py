@@ -185,6 +185,7 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
     gpu_policy = demand.gpu_policy or ctx.gpu_policy
     placing, compiled = fragmentation_memo(demand, ctx, statics.token)
     leader = _Leader(compiled)
+    moves, later = leader.moves, leader.later
     for shape in statics.shapes:
         verdict = static_verdict(shape, demand)
         if isinstance(verdict, str):
@@ -200,18 +201,30 @@ def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementConte
             state = node_class.state
             memo = state.memo
             entry = memo.fragmentation.get(entry_key)
-            if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, node_class.names,
-                                                                                   verdict, entry_key):
-                continue  # its GPUs fitted when it was weighed: weighed at the end, if it could still win
-            if entry is None or entry[0] is not compiled:
-                choice = memo.choices.get(key)
-                if choice is None:
-                    choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
-                if isinstance(choice, str):
-                    rejected[choice] = rejected.get(choice, 0) + len(node_class.names)
+            if entry is not None:
+                # `_Leader.offer` and `put_off` inline, as far as most classes go: they lose to the best.
+                old = entry[0]
+                if old is compiled:
+                    if entry[1] >= leader.floor:
+                        leader.offer(entry, state, node_class.names, verdict)
                     continue
-                entry = weighed(Candidate(state, node_class.names, choice, verdict, allowed), entry_key, entry,
-                                compiled, demand)
+                moved = moves.get(old)
+                if moved is None:
+                    moved = leader.moved(old)
+                if moved != _UNBOUNDED:  # its GPUs fitted when it was weighed: weighed at the end if it could win
+                    bound = entry[1] + moved * entry[3].free + _SLACK
+                    if bound >= leader.floor:
+                        later.append((bound, entry, state, node_class.names, verdict, entry_key))
+                    continue
+            # Not weighed yet, or under a mix too far off for a bound: weighed now.
+            choice = memo.choices.get(key)
+            if choice is None:
+                choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
+            if isinstance(choice, str):
+                rejected[choice] = rejected.get(choice, 0) + len(node_class.names)
+                continue
+            entry = weighed(Candidate(state, node_class.names, choice, verdict, allowed), entry_key, entry,
+                            compiled, demand)
             leader.offer(entry, state, node_class.names, verdict)
         busy = index.count_below(shape, first)
         if busy:
@@ -224,11 +237,12 @@ class _Leader:
     entry was weighed under an earlier mix, put off until the best is known: one is weighed again only
     if its bound could still beat the best."""
 
-    __slots__ = ("compiled", "best", "later", "moves")
+    __slots__ = ("compiled", "best", "floor", "later", "moves")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
         self.best: Candidate | None = None
+        self.floor = -_UNBOUNDED  # the best's score: a class scoring less loses
         self.later: list[tuple[float, Any, Any, tuple[str, ...], Fit, tuple[int, int]]] = []
         self.moves: dict[Any, float] = {}  # earlier mix -> `distance` per thousandth free
 
@@ -237,11 +251,18 @@ class _Leader:
         best, score = self.best, entry[1]
         if best is None or score > best.score or (score == best.score and names[0] < best.names[0]):
             self.best = Candidate(state, names, entry[2], fit, fit.allowed, 0.0, score)
+            self.floor = score
+
+    def moved(self, old: Any) -> float:
+        """How far a class's growth can move per free thousandth from mix `old` to this one (`put_off`)."""
+        found: float = self.compiled.distance(old) / MILLI
+        self.moves[old] = found
+        return found
 
     def beaten(self, top: float, names: tuple[str, ...]) -> bool:
         """Whether a class that scores at most `top` cannot beat the best so far."""
         best = self.best
-        return best is not None and (top < best.score or (top == best.score and names[0] > best.names[0]))
+        return top < self.floor or (best is not None and top == self.floor and names[0] > best.names[0])
 
     def put_off(self, entry: Any, state: Any, names: tuple[str, ...], fit: Fit, key: tuple[int, int]) -> bool:
         """Keep a class weighed under an earlier mix for `settled`, unless its bound is already below the
@@ -250,22 +271,20 @@ class _Leader:
         The bound: each kind's value lies between 0 and the free capacity before, so the growth moves by
         at most the weights' change (`distance`) times that capacity; no bound where the kinds' values
         differ between the mixes too (other shares)."""
-        old = entry[0]
-        moved = self.moves.get(old)
+        moved = self.moves.get(entry[0])
         if moved is None:
-            moved = self.moves[old] = self.compiled.distance(old) / MILLI
+            moved = self.moved(entry[0])
         if moved == _UNBOUNDED:
             return False
         bound = entry[1] + moved * entry[3].free + _SLACK
-        best = self.best
-        if best is None or bound >= best.score:  # else its score under this mix is below the best's
+        if bound >= self.floor:  # else its score under this mix is below the best's
             self.later.append((bound, entry, state, names, fit, key))
         return True
 
     def settled(self, demand: Demand) -> Candidate | None:
         """The best class, once the put-off ones that could still beat it are weighed."""
         for bound, entry, state, names, fit, key in self.later:
-            if self.best is not None and bound < self.best.score:
+            if bound < self.floor:
                 continue
             entry = weighed(Candidate(state, names, entry[2], fit, fit.allowed), key, entry, self.compiled, demand)
             self.offer(entry, state, names, fit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from operator import itemgetter
 
 from webhook.core.domain.model import Node, PodRequest, Snapshot
 from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape, shape_of, slice_milli
@@ -132,18 +133,23 @@ def signature(counts: Mapping[Shape, int], hosts: Hosts) -> Signature:
             total += weight
     if not total:
         return ()
-    return tuple(sorted((shape, _step(weight / total)) for shape, weight in weights if weight >= DROP * total))
+    # Each kept share's level: STEPS per halving, and half as many below RARE (the rare shapes' shares
+    # move the most from pod to pod, and each matters little on its own). Once per decision: inline.
+    cut = DROP * total
+    floor, log2 = math.floor, math.log2
+    kept: list[tuple[Shape, int]] = []
+    for shape, weight in weights:
+        if weight >= cut:
+            share = weight / total
+            level = floor(STEPS * log2(share))
+            if share < RARE:
+                level -= level % (2 * STEPS)
+            kept.append((shape, level))
+    kept.sort(key=_first)  # shapes are unique: by shape alone is the pairs' order
+    return tuple(kept)
 
 
-def _step(share: float) -> int:
-    """The share's quantised level: STEPS per halving, and half as many below RARE (the rare shapes'
-    shares move the most from pod to pod, and each matters little on its own)."""
-    level = math.floor(STEPS * math.log2(share))
-    if share < RARE:
-        level -= level % (2 * STEPS)
-    return level
-
-
+_first = itemgetter(0)
 RARE = 1 / 32  # shares under this move in steps of two halvings
 
 

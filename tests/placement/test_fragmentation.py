@@ -7,6 +7,7 @@ import pytest
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
+    FILLED,
     TIE_BREAK,
     default_mix,
     fragmentation_delta,
@@ -61,8 +62,8 @@ def test_share_left_over_by_whole_numbers_of_tasks_counts() -> None:
     n = node(1)
     mix = (WorkloadShape(1, 470),)
     # Two 470s fit on a free card, leaving 60: the filled-node horizon sees it, the next-task one (the paper's)
-    # does not until the card is too full. The measure is the mean of the two.
-    assert node_fragmentation(n, usage(GpuUsage()), mix) == pytest.approx(0.03)
+    # does not until the card is too full. The measure weighs the two (FILLED).
+    assert node_fragmentation(n, usage(GpuUsage()), mix) == pytest.approx(FILLED * 0.06)
     assert node_fragmentation(n, usage(GpuUsage()), mix, paper=True) == 0.0
     assert node_fragmentation(n, usage(shared(16000, 600)), mix) == pytest.approx(0.4)
     assert node_fragmentation(n, usage(shared(16000, 600)), mix, paper=True) == pytest.approx(0.4)
@@ -72,7 +73,7 @@ def test_cpu_limits_how_many_tasks_the_free_cards_can_still_take() -> None:
     n = node(4, cpu=32000)
     mix = (WorkloadShape(1, 500, cpu_milli=6000),)
     free = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=8000)  # 24 cores left: four tasks, two cards
-    assert node_fragmentation(n, free, mix) == pytest.approx((2.0 + 0.0) / 2)
+    assert node_fragmentation(n, free, mix) == pytest.approx(FILLED * 2.0 + (1 - FILLED) * 0.0)
     assert node_fragmentation(n, free, mix, paper=True) == 0.0  # one more still fits, so the paper sees none
     starved = usage(GpuUsage(), GpuUsage(), GpuUsage(), GpuUsage(), cpu=28000)
     assert node_fragmentation(n, starved, mix) == node_fragmentation(n, starved, mix, paper=True) == 4.0
@@ -94,7 +95,7 @@ def test_host_memory_limits_too() -> None:
     n = node(2, memory=100000)
     mix = (WorkloadShape(1, 500, memory_mib=60000),)
     # One task's memory leaves a card and a half unusable once filled; the next task still fits.
-    assert node_fragmentation(n, usage(GpuUsage(), GpuUsage()), mix) == pytest.approx((1.5 + 0.0) / 2)
+    assert node_fragmentation(n, usage(GpuUsage(), GpuUsage()), mix) == pytest.approx(FILLED * 1.5 + (1 - FILLED) * 0.0)
 
 
 def test_a_kind_the_model_excludes_finds_everything_fragmented() -> None:

@@ -10,7 +10,7 @@ from gpu_nodes import A100, dgx, paired, pcie_box, request
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, PodRequest, Snapshot, TopologyClass
 from webhook.core.domain.model import TopologyPreference as Topo
 from webhook.core.placement.context import PlacementContext, WorkloadShape
-from webhook.core.placement.fragmentation import default_mix, fragmentation_delta
+from webhook.core.placement.fragmentation import FILLED, TIE_BREAK, default_mix, fragmentation_delta
 from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.place import commit, place
 from webhook.core.placement.state import index_of
@@ -310,13 +310,15 @@ def test_fragmentation_scores_a_pod_without_gpus_by_the_fragmentation_its_cpu_ca
     mix = (WorkloadShape(gpus=1, milli=500, cpu_milli=4_000),)
     pod = cpu_pod(16_000)
     found = place(pod, index, PlacementContext(policy="fragmentation", workload_mix=mix))
-    # On t1 the 16 cores left host four such half-card tasks where four cards are free: half the node is stranded.
+    # On t1 the 16 cores left host four such half-card tasks where four cards are free: half the node is
+    # stranded once filled (the filled view, weighed by FILLED); the best-fit term counts the 4 free cards.
     assert nodes_of(found.options) == ["t2", "t1"]
     for option in found.options:
         before = index.usage(option.node)
         after = commit(before, option, pod, nodes[option.node])
         assert option.score == -fragmentation_delta(nodes[option.node], before, after, mix)
-    assert [round(o.score, 6) for o in found.options] == [-0.0004, -1.0004]
+    assert [round(o.score, 6) for o in found.options] == [round(-4 * TIE_BREAK, 6),
+                                                          round(-FILLED * 2.0 - 4 * TIE_BREAK, 6)]
     assert nodes_of(place(pod, index, PlacementContext()).options) == ["t1", "t2"]  # binpack: a tie, by name
 
 

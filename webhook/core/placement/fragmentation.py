@@ -7,7 +7,7 @@ fragmentation is its expected value over the workload mix. Placing each pod wher
 grows least (FGD) keeps the cluster able to host what is likely to come next.
 
 This module's measure refines it in three ways:
-- for kinds of task that share cards, "cannot use" is looked at over two horizons and averaged: the
+- for kinds of task that share cards, "cannot use" is looked at over two horizons, weighed (FILLED): the
   paper's (what the next task of a kind could not use now) and the filled node's (what is left once as
   many tasks of that kind as the cards, CPU and memory allow have been placed). The second sees the
   share of a card that no whole number of such tasks fills, and a node whose CPU will run out before
@@ -42,8 +42,10 @@ MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
-# Weight of the filled-node horizon against the next-task one, for kinds of task that share cards.
-FILLED = 0.5
+# Weight of the filled-node horizon against the next-task one, for kinds of task that share cards. The
+# next-task view already counts a remainder only as far as the mix's shares cannot fill it (`waste_table`),
+# so it carries most of the weight; the filled view still sees CPU and memory running out before the cards.
+FILLED = 0.2
 
 # A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
 _State = tuple[tuple[int, ...], int, int]
@@ -441,8 +443,8 @@ def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
 
 
 def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
-    """Free thousandths a task from the mix cannot use: per kind of task that shares cards, the mean of two
-    horizons; per whole-card kind, the next-task one.
+    """Free thousandths a task from the mix cannot use: per kind of task that shares cards, two horizons
+    weighed by FILLED; per whole-card kind, the next-task one.
 
     Next task (the paper's view): what one more such task could not use now. Filled node: what is left
     once as many such tasks as the cards, CPU and memory allow have been placed. Each kind's value is

@@ -257,9 +257,9 @@ def drifting_mixes(rng: random.Random, count: int) -> list[tuple[WorkloadShape, 
     return mixes
 
 
-def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Under a new mix of the same shares, the one pass weighs a class again only when its bound could
-    # beat the best found: the answer must stay exactly ranking every candidate's, with fewer weighings.
+def counted_weighings(monkeypatch: pytest.MonkeyPatch, gpu_pods: bool = True) -> dict[str, int]:
+    """Counts the scorer's weighings (`weighed`) by the one pass and by ranking every candidate, of every
+    pod or only of those asking for no GPU."""
     import webhook.core.placement.place as place_module
     import webhook.core.placement.scoring as scoring_module
 
@@ -268,12 +268,20 @@ def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypa
 
     def counted(path: str) -> object:
         def count(*args: object) -> object:
-            calls[path] += 1
+            if gpu_pods or args[4].count == 0:  # type: ignore[attr-defined]
+                calls[path] += 1
             return weighed(*args)  # type: ignore[arg-type]
         return count
 
     monkeypatch.setattr(place_module, "weighed", counted("one pass"))
     monkeypatch.setattr(scoring_module, "weighed", counted("ranked"))
+    return calls
+
+
+def test_one_node_under_a_drifting_mix_weighs_again_only_what_could_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a new mix of the same shares, the one pass weighs a class again only when its bound could
+    # beat the best found: the answer must stay exactly ranking every candidate's, with fewer weighings.
+    calls = counted_weighings(monkeypatch)
     rng = random.Random(23)
     nodes, usage = empty_cluster(rng, 40)
     one_pass, ranked = NodeIndex.build(nodes, usage), NodeIndex.build(nodes, usage)
@@ -298,21 +306,7 @@ def test_pods_asking_for_no_gpu_weigh_only_the_classes_that_could_win(monkeypatc
     # minus the best-fit term of the GPUs left free: the one pass skips a class that cannot beat the best
     # so far. The answers must stay those of ranking every candidate (GPU-less nodes, which score 0, and
     # nodes with GPUs mixed), and fewer classes are weighed.
-    import webhook.core.placement.place as place_module
-    import webhook.core.placement.scoring as scoring_module
-
-    calls = {"one pass": 0, "ranked": 0}
-    weighed = scoring_module.weighed
-
-    def counted(path: str) -> object:
-        def count(*args: object) -> object:
-            if args[4].count == 0:  # type: ignore[attr-defined]
-                calls[path] += 1
-            return weighed(*args)  # type: ignore[arg-type]
-        return count
-
-    monkeypatch.setattr(place_module, "weighed", counted("one pass"))
-    monkeypatch.setattr(scoring_module, "weighed", counted("ranked"))
+    calls = counted_weighings(monkeypatch, gpu_pods=False)
     rng = random.Random(29)
     nodes, usage = empty_cluster(rng, 30)
     for i in range(6):  # CPU-only nodes, some small enough to fill up

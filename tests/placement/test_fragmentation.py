@@ -7,12 +7,16 @@ import pytest
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
+    COMMON,
     FILLED,
+    RARE_FILL,
     TIE_BREAK,
+    compiled_mix,
     default_mix,
     fragmentation_delta,
     free_milli,
     node_fragmentation,
+    waste_table,
 )
 from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.place import commit, place
@@ -196,3 +200,20 @@ def test_each_kinds_value_is_kept_apart_from_the_weights(monkeypatch: pytest.Mon
     node_fragmentation(n, state, third)
     assert node_fragmentation(n, state, second) == pytest.approx(warm, abs=1e-12)
     assert node_fragmentation(n, state, first) == pytest.approx(_fresh(n, state, first), abs=1e-12)
+
+
+def test_a_remainder_counts_as_far_as_the_shares_likely_to_come_fill_it() -> None:
+    # An 810-milli task leaves 190 on its card. Only a 160 fits there: when 160s are common they fill it
+    # (30 left, which nothing fits); when they are rare (under 1/COMMON of the sharing weight) they come
+    # with a chance of RARE_FILL, and the rest of the 190 counts as lost.
+    common = waste_table(((160, 1.0), (810, 1.0)))
+    assert common[190] == 30.0
+    rare = waste_table(((160, RARE_FILL), (810, 1.0)))
+    assert rare[190] == pytest.approx(RARE_FILL * 30 + (1 - RARE_FILL) * 190)
+    # Shares that fit together and pass a chance of 1 between them are drawn in proportion.
+    assert waste_table(((100, 1.0), (300, 1.0)))[350] == pytest.approx((50 + 50) / 2)
+    # Which level a share gets: its weight among the card-sharing kinds against 1/COMMON.
+    assert compiled_mix((WorkloadShape(1, 470, weight=COMMON - 1.0), WorkloadShape(1, 160, weight=1.0))).sizes \
+        == ((160, 1.0), (470, 1.0))
+    assert compiled_mix((WorkloadShape(1, 470, weight=COMMON * 2.0), WorkloadShape(1, 160, weight=1.0),
+                         WorkloadShape(1, 1000, weight=50.0))).sizes == ((160, RARE_FILL), (470, 1.0))

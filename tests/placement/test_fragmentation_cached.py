@@ -13,8 +13,10 @@ import webhook.core.placement.fragmentation as fragmentation
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
+    COMMON,
     FILLED,
     MILLI,
+    RARE_FILL,
     TIE_BREAK,
     compiled_mix,
     expected,
@@ -32,13 +34,26 @@ CARD = 16000
 MODELS = ("A10", "T4", "V100M32")
 
 
-def brute_waste(free: int, sizes: tuple[int, ...]) -> float:
-    """What of a card's free part the shares leave unused, each next share drawn alike among those that
-    fit, by the recursion itself."""
+def brute_chances(kinds: list[WorkloadShape]) -> dict[int, float]:
+    """Each card-sharing share's chance of filling a remainder it fits: sure for a share of at least
+    1/COMMON of those kinds' weight, RARE_FILL for a rarer one."""
+    weights: dict[int, float] = {}
+    for k in kinds:
+        if k.gpus == 1 and k.milli < MILLI:
+            weights[k.milli] = weights.get(k.milli, 0.0) + k.weight
+    total = sum(weights.values())
+    return {milli: 1.0 if w / total >= 1 / COMMON else RARE_FILL for milli, w in weights.items()}
+
+
+def brute_waste(free: int, chances: dict[int, float]) -> float:
+    """What of a card's free part the shares leave unused, by the recursion itself: each share that fits
+    comes with its chance (scaled to sum to 1 where they pass it), and what none takes is lost."""
     @functools.cache
     def waste(left: int) -> float:
-        fits = [s for s in sizes if s <= left]
-        return float(left) if not fits else sum(waste(left - s) for s in fits) / len(fits)
+        fits = {s: c for s, c in chances.items() if s <= left}
+        taken = sum(fits.values())
+        scale = 1 / taken if taken > 1 else 1.0
+        return sum(c * scale * waste(left - s) for s, c in fits.items()) + (1 - min(taken, 1.0)) * left
 
     return waste(free)
 
@@ -50,7 +65,7 @@ def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[Workloa
         return 0.0
     kinds = [k for k in mix if k.gpus > 0 and k.milli > 0 and k.weight > 0]
     weights = sum(k.weight for k in kinds)
-    sizes = tuple(sorted({min(k.milli, MILLI) for k in kinds if k.gpus == 1 and k.milli < MILLI}))
+    sizes = brute_chances(kinds)
     value = 0.0
     for k in kinds:
         milli = min(k.milli, MILLI)

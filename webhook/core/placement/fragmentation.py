@@ -6,13 +6,16 @@ cannot be hosted there at all, otherwise the free capacity of the GPUs too full 
 fragmentation is its expected value over the workload mix. Placing each pod where that expectation
 grows least (FGD) keeps the cluster able to host what is likely to come next.
 
-This module's measure refines it in three ways:
+This module's measure refines it in four ways:
 - for kinds of task that share cards, "cannot use" is looked at over two horizons, weighed (FILLED): the
   paper's (what the next task of a kind could not use now) and the filled node's (what is left once as
   many tasks of that kind as the cards, CPU and memory allow have been placed). The second sees the
   share of a card that no whole number of such tasks fills, and a node whose CPU will run out before
   its GPUs do, before it is too late. Whole-card kinds keep the paper's view: what they leave unused
   is whole cards, which lighter kinds can still take;
+- a card's remainder counts only as far as the card-sharing shares likely to come would leave it unused
+  (`waste_table`): a 350 beside a 650 that common 320s fill costs little, a 190 beside an 810 that only
+  rare 160s fit costs most of itself;
 - kinds of task that only a few nodes can host weigh more on those nodes (the learned mix,
   core/mixlearn.py), so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on
   small tasks;
@@ -65,8 +68,9 @@ class _Mix:
 
     def __init__(self, kinds: tuple[_Kind, ...]) -> None:
         self.kinds = kinds
-        # The shares single-GPU kinds take of a card (their waste table: `_waste`).
-        self.sizes = tuple(sorted({k[1] for k in kinds if k[0] == 1 and k[1] < MILLI}))
+        # The shares single-GPU kinds take of a card, each with its chance of filling a remainder it fits
+        # (their waste table: `_waste`).
+        self.sizes = _fill_chances(kinds)
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
@@ -138,19 +142,47 @@ def _picker(indices: tuple[int, ...]) -> Callable[[array[float]], tuple[float, .
     return itemgetter(*indices) if indices else _none
 
 
+# A share that makes at least 1/COMMON of the card-sharing kinds' weight fills a remainder it fits; a
+# rarer one does with a chance of RARE_FILL (`waste_table`). Two levels only, on purpose: the table and
+# every state's values change when a share crosses the line, not with each new mix.
+COMMON = 32
+RARE_FILL = 0.25
+
+
+def _fill_chances(kinds: tuple[_Kind, ...]) -> tuple[tuple[int, float], ...]:
+    """Each single-GPU share under a whole card, with its chance of filling a remainder (by share)."""
+    weights: dict[int, float] = {}
+    for gpus, milli, weight, *_ in kinds:
+        if gpus == 1 and milli < MILLI:
+            weights[milli] = weights.get(milli, 0.0) + weight
+    total = sum(weights.values()) or 1.0
+    return tuple(sorted((milli, 1.0 if COMMON * weight / total >= 1.0 else RARE_FILL)
+                        for milli, weight in weights.items()))
+
+
 @lru_cache(maxsize=64)
-def waste_table(sizes: tuple[int, ...]) -> array[float]:
+def waste_table(sizes: tuple[tuple[int, float], ...]) -> array[float]:
     """For each free part of a card (0..MILLI thousandths), how much of it stays unused when tasks of the
-    mix's card-sharing shares fill it, each next one drawn alike from the shares that still fit, until
-    none does. A card's remainder that some share fills exactly wastes nothing; a 190 left beside an 810
-    task, where only rarer small shares fit, wastes most of itself. The shares' weights are left out, so
-    the table (and every state's values) changes only when the set of shares does, not with each new mix."""
+    mix's card-sharing shares come to fill it: each share that fits comes with its chance (`sizes`,
+    scaled down to sum to 1 where they pass it), and what none takes is lost. A card's remainder that a
+    common share fills exactly wastes nothing; a 190 left beside an 810 task, where only rarer small
+    shares fit, wastes most of itself. The chances have two levels, so the table (and every state's
+    values) changes only when a share enters, leaves or crosses COMMON, not with each new mix."""
     table = array("d", [0.0]) * (MILLI + 1)
-    fitting: list[int] = []
+    fitting: list[tuple[int, float]] = []
     for free in range(MILLI + 1):
-        while len(fitting) < len(sizes) and sizes[len(fitting)] <= free:
+        while len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
             fitting.append(sizes[len(fitting)])
-        table[free] = sum(table[free - size] for size in fitting) / len(fitting) if fitting else float(free)
+        if not fitting:
+            table[free] = float(free)
+            continue
+        chances = [chance for _, chance in fitting]
+        taken = sum(chances)
+        if taken > 1.0:
+            chances = [chance / taken for chance in chances]
+            taken = 1.0
+        table[free] = sum(c * table[free - size] for (size, _), c in zip(fitting, chances, strict=True)) + (
+            (1.0 - taken) * free)
     return table
 
 
@@ -167,7 +199,7 @@ class _Waste:
 
 
 @lru_cache(maxsize=64)
-def _waste(sizes: tuple[int, ...]) -> _Waste:
+def _waste(sizes: tuple[tuple[int, float], ...]) -> _Waste:
     return _Waste(waste_table(sizes))
 
 
@@ -342,7 +374,7 @@ class Measured:
         self.known = 0  # the indices of the kinds computed, as bits
         self.mix: _Mix | None = None
         self.expected = 0.0
-        self.sizes: tuple[int, ...] = ()  # the shares the values were computed against
+        self.sizes: tuple[tuple[int, float], ...] = ()  # the shares (and chances) the values were computed against
 
 
 def measured(model: str, state: _State) -> Measured:

@@ -100,8 +100,9 @@ class _Mix:
 
     def distance(self, other: _Mix) -> float:
         """How far the kinds' weights moved from `other` to this mix: the sum of each kind's change (a
-        kind in one mix only counts its whole weight); inf when the two have other shares (the kinds'
-        values differ too: `waste_table`) or `other` was indexed against a dropped registry. Between mixes
+        kind in one mix only counts its whole weight); inf when the two have other shares or chances of
+        filling (the kinds' values differ too: `waste_table`) or `other` was indexed against a dropped
+        registry. Between mixes
         of the same shares, a state's expected value moves by at most this times its free capacity (a
         kind's value lies between 0 and the free capacity)."""
         if self.generation != _REGISTRY.generation:
@@ -169,20 +170,22 @@ def waste_table(sizes: tuple[tuple[int, float], ...]) -> array[float]:
     shares fit, wastes most of itself. The chances have two levels, so the table (and every state's
     values) changes only when a share enters, leaves or crosses COMMON, not with each new mix."""
     table = array("d", [0.0]) * (MILLI + 1)
-    fitting: list[tuple[int, float]] = []
+    fitting: list[tuple[int, float]] = []  # the shares that fit, with their chances as scaled
+    taken = 0.0
     for free in range(MILLI + 1):
-        while len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
-            fitting.append(sizes[len(fitting)])
+        if len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
+            while len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
+                fitting.append(sizes[len(fitting)])
+            chances = [chance for _, chance in sizes[: len(fitting)]]
+            taken = sum(chances)
+            if taken > 1.0:
+                chances = [chance / taken for chance in chances]
+                taken = 1.0
+            fitting = [(size, chance) for (size, _), chance in zip(fitting, chances, strict=True)]
         if not fitting:
             table[free] = float(free)
             continue
-        chances = [chance for _, chance in fitting]
-        taken = sum(chances)
-        if taken > 1.0:
-            chances = [chance / taken for chance in chances]
-            taken = 1.0
-        table[free] = sum(c * table[free - size] for (size, _), c in zip(fitting, chances, strict=True)) + (
-            (1.0 - taken) * free)
+        table[free] = sum(c * table[free - size] for size, c in fitting) + (1.0 - taken) * free
     return table
 
 

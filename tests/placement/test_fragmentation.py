@@ -95,6 +95,35 @@ def test_whole_card_kinds_keep_the_next_task_view() -> None:
     assert node_fragmentation(n, odd, (WorkloadShape(2, 1000),)) == 0.0
 
 
+def test_a_shared_card_counts_for_whole_card_kinds_as_far_as_the_shares_leave_it() -> None:
+    # A card holding a 300 has 700 free: no whole-card task can take it, but 300s can (twice), leaving
+    # 100. So the whole-card kind counts 100 of it, not 700; the 300s' own view adds what the filled
+    # node leaves (100 on each card).
+    n = node(2)
+    state = usage(GpuUsage(), shared(16000, 300))
+    mix = (WorkloadShape(1, 1000), WorkloadShape(1, 300))
+    assert node_fragmentation(n, state, mix) == pytest.approx((0.1 + FILLED * 0.2) / 2)
+    # With no share in the mix nothing fills it: all of it counts.
+    assert node_fragmentation(n, state, mix[:1]) == pytest.approx(0.7)
+
+
+def test_a_share_goes_where_it_leaves_what_the_shares_fill_not_to_the_fullest_card() -> None:
+    # Best fit puts the 500 on the card a 300 holds (700 free), leaving 200 that neither share fits. That
+    # card is no use to a whole-card task either way, but a 300 would fill it; a free card the 500 halves
+    # is filled by the next 500. The policy takes a free card.
+    nodes = {"a": node(2), "b": node(2)}
+    nodes = {k: Node(k, v.gpus, cpu_milli=v.cpu_milli, memory_mib=v.memory_mib) for k, v in nodes.items()}
+    state = {"a": usage(shared(16000, 300), GpuUsage()), "b": usage(GpuUsage(), GpuUsage())}
+    index = NodeIndex.build(nodes, state)
+    request = PodRequest("ns", "p", vendor="nvidia", gpus=1, cores=50, memory_pct=50, is_gpu_pod=True)
+    mix = (WorkloadShape(1, 1000), WorkloadShape(1, 500), WorkloadShape(1, 300))
+    best = place(request, index, PlacementContext(policy="fragmentation", workload_mix=mix)).best
+    assert best is not None and (best.node, best.gpus) != ("a", (0,))
+    onto_shared = fragmentation_delta(nodes["a"], state["a"], usage(shared(16000, 800), GpuUsage()), mix)
+    onto_free = fragmentation_delta(nodes["b"], state["b"], usage(shared(16000, 500), GpuUsage()), mix)
+    assert onto_free < onto_shared
+
+
 def test_host_memory_limits_too() -> None:
     n = node(2, memory=100000)
     mix = (WorkloadShape(1, 500, memory_mib=60000),)

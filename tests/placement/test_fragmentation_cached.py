@@ -77,7 +77,7 @@ def brute(model: str, free: list[int], cpu: int, memory: int, mix: tuple[Workloa
             sharing = k.gpus == 1 and milli < MILLI and fitting >= 1
             if fitting < k.gpus:
                 stranded = float(total)
-            elif sharing:
+            elif k.gpus == 1:  # shares and whole cards alike: a card too full counts what shares leave of it
                 stranded = sum(brute_waste(f, sizes) for f in free if f < milli)
             else:
                 stranded = float(sum(f for f in free if f < milli))
@@ -346,3 +346,29 @@ def test_pods_asking_for_no_gpu_weigh_only_the_classes_that_could_win(monkeypatc
             one_pass.apply(fast.best.node, usage[fast.best.node])
             ranked.apply(fast.best.node, usage[fast.best.node])
     assert 0 < calls["one pass"] < 0.5 * calls["ranked"]
+
+
+def test_a_share_changing_its_chance_refills_only_the_states_that_read_the_table_that_far(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The 810s go from common to rare: what a remainder wastes changes from 810 thousandths on only. A
+    # state whose cards are all under that keeps its values; one with a card that far is filled again.
+    # Either way the values are the direct computation's.
+    def mix(big: float) -> tuple[WorkloadShape, ...]:
+        return (WorkloadShape(1, 1000, 10.0), WorkloadShape(1, 470, 10.0), WorkloadShape(1, 810, big),
+                WorkloadShape(1, 160, 1.0), WorkloadShape(2, 1000, 1.0))
+
+    common, rare = compiled_mix(mix(10.0)), compiled_mix(mix(0.1))
+    assert dict(common.sizes)[810] == 1.0 and dict(rare.sizes)[810] == RARE_FILL
+    filled: list[tuple[int, ...]] = []
+    fill = fragmentation._fill
+    monkeypatch.setattr(fragmentation, "_fill", lambda model, state, *rest: filled.append(state[0]) or fill(
+        model, state, *rest))
+    small, large = ((470, 300, 190), 64000, 262144), ((1000, 900, 190), 64000, 262144)
+    for state in (small, large):
+        expected(measured("t4", state), common)
+    filled.clear()
+    values = {state: expected(measured("t4", state), rare) for state in (small, large)}
+    assert filled == [large[0]]
+    fragmentation.forget()
+    fresh = {state: expected(measured("t4", state), rare) for state in (small, large)}
+    assert values == fresh

@@ -22,7 +22,15 @@ from webhook.core.domain.model import Allocation, TopologyClass
 from webhook.core.domain.shapes import EMPTY, shape_of, slice_milli
 from webhook.core.placement.context import WorkloadShape
 from webhook.core.placement.fragmentation import default_mix
-from webhook.core.placement.mixlearn import Histogram, hosts_of, learned_mix, mix_in_use, mix_of, request_shape
+from webhook.core.placement.mixlearn import (
+    Histogram,
+    Learner,
+    hosts_of,
+    learned_mix,
+    mix_in_use,
+    mix_of,
+    request_shape,
+)
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy, PolicyError, parse_policy
 from webhook.errors import UserError
@@ -130,6 +138,30 @@ def test_small_changes_reuse_the_memoised_mix() -> None:
     for _ in range(300):  # a real change in the workload is a new mix
         histogram.add(B)
     assert mix_of(histogram.counts, hosts) is not before
+
+
+def test_the_simulators_learner_is_mix_of_after_every_pod_and_quantises_only_when_a_level_moves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `Learner` keeps the histogram pod by pod (the simulator): its mix must be `mix_of` of the counts
+    # after every change, pods coming and going, rare shapes crossing the cut and levels crossing edges.
+    import webhook.core.placement.mixlearn as mixlearn
+
+    hosts = hosts_of(TRACE_NODES)
+    rng = random.Random(5)
+    shapes = [shape_of(1, milli, cpu, 8192) for milli in (100, 250, 470, 810, 1000) for cpu in (2000, 8000)]
+    shapes += [shape_of(2, 1000, 16000, 65536), shape_of(8, 1000, 90000), shape_of(16, 1000)]  # 16: no host
+    passes = []
+    full = mixlearn.mix_of
+    monkeypatch.setattr(mixlearn, "mix_of", lambda counts, h: passes.append(1) or full(counts, h))
+    learner, histogram = Learner(hosts), Histogram()
+    for step in range(3000):
+        shape = rng.choices(shapes, weights=[1 + i % 5 for i in range(len(shapes))])[0]
+        sign = -1 if histogram.counts.get(shape) and rng.random() < 0.3 else 1
+        assert learner.add(shape, sign) and histogram.add(shape, sign)
+        assert learner.counts == histogram.counts
+        assert learner.mix() == full(histogram.counts, hosts), step
+    assert learner.add(None) is False
+    assert len(passes) < 3000 / 3  # most pods leave every level where it was
 
 
 def test_nothing_observed_is_no_learned_mix_and_the_policy_uses_the_default() -> None:

@@ -3,7 +3,8 @@
 Placement goes through `webhook.core.placement.place` exactly as the webhook calls it (place, commit, and the
 index kept up to date in place), so what is measured here is what the cluster would do. The workload mix
 is learned as in production: the histogram of the GPU pods arrived (placed, or pending after failing to
-fit) is the one the watch cache keeps (`core.mixlearn.Histogram`), read by the same `learned_mix`.
+fit) is the one the watch cache keeps (`core.mixlearn.Histogram`), quantised by the same `mix_of` (kept up
+to date pod by pod: `core.mixlearn.Learner`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from webhook.core.domain.model import GpuUsage, Node, NodeUsage, PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import forget
-from webhook.core.placement.mixlearn import Histogram, hosts_of, mix_of, request_shape
+from webhook.core.placement.mixlearn import Learner, hosts_of, request_shape
 from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.place import commit, place
 
@@ -140,8 +141,7 @@ def replay(
     fixed = mix if isinstance(mix, tuple) else ()
     ctx = PlacementContext(policy=policy, limit=1, seed=seed, workload_mix=fixed)
     requests: dict[int, PodRequest] = {}
-    observed = Histogram()
-    hosts = hosts_of(nodes) if learn else ()
+    observed = Learner(hosts_of(nodes) if learn else ())
 
     def decide(i: int, pod: TracePod) -> bool | None:
         nonlocal ctx
@@ -149,7 +149,7 @@ def replay(
         if request is None:
             request = requests[id(pod)] = to_request(pod)
         if learn and request.gpus and observed.add(request_shape(request)):
-            learned = mix_of(observed.counts, hosts)  # what the webhook learns from the same pods
+            learned = observed.mix()  # `mix_of`: what the webhook learns from the same pods
             if learned is not ctx.workload_mix:
                 ctx = replace(ctx, workload_mix=learned)
         best = place(request, index, ctx).best

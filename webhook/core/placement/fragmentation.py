@@ -15,7 +15,9 @@ This module's measure refines it in four ways:
   is whole cards, which lighter kinds can still take;
 - a card's remainder counts only as far as the card-sharing shares likely to come would leave it unused
   (`waste_table`): a 350 beside a 650 that common 320s fill costs little, a 190 beside an 810 that only
-  rare 160s fit costs most of itself;
+  rare 160s fit costs most of itself. That holds for a whole-card kind too: a shared card is no use to
+  it, but is lost only as far as the shares leave it (counting it whole made any shared card look best
+  for a share: best fit, blind to the 200 a 500 leaves beside a 300);
 - kinds of task that only a few nodes can host weigh more on those nodes (the learned mix,
   core/mixlearn.py), so that, say, the only nodes with enough CPU for one 8-GPU job are not spent on
   small tasks;
@@ -189,6 +191,14 @@ def waste_table(sizes: tuple[tuple[int, float], ...]) -> array[float]:
     return table
 
 
+@lru_cache(maxsize=256)
+def _changed_from(old: tuple[tuple[int, float], ...], new: tuple[tuple[int, float], ...]) -> int:
+    """The least free part of a card whose waste differs between the two sets of shares (MILLI + 1: none).
+    A share entering, leaving or changing its chance changes the table from its size on only."""
+    before, after = waste_table(old), waste_table(new)
+    return next((free for free in range(MILLI + 1) if before[free] != after[free]), MILLI + 1)
+
+
 class _Waste:
     """A waste table (`waste_table`) and the per-card-state answers computed with it: free-capacity
     vector -> (slots, stranded, left) per (GPUs, share), as `_cards` gives them. Mixes of the same
@@ -231,7 +241,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
-        self.shares = 0  # the indices of the kinds that share one card (the waste table's), as bits
+        self.shares = 0  # the indices of the single-GPU kinds (their values read the waste table), as bits
         self.generation = 0
 
     def index(self, kind: _Kind, drop: bool = True) -> int:
@@ -241,7 +251,7 @@ class _Registry:
             if drop and len(self.indices) >= _KINDS_LIMIT:
                 self.drop()
             found = self.indices[key] = len(self.indices)
-            if kind[0] == 1 and kind[1] < MILLI:
+            if kind[0] == 1:
                 self.shares |= 1 << found
         return found
 
@@ -366,7 +376,7 @@ class Measured:
     `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
     The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
 
-    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes")
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes", "reach")
 
     def __init__(self, model: str, state: _State) -> None:
         self.model = model
@@ -378,6 +388,10 @@ class Measured:
         self.mix: _Mix | None = None
         self.expected = 0.0
         self.sizes: tuple[tuple[int, float], ...] = ()  # the shares (and chances) the values were computed against
+        # The highest entry of the waste table any kind's value reads here: a partial card's free part (or
+        # less), a whole card's remainder once filled with one share (under half a card).
+        partial = [f for f in state[0] if f < MILLI]
+        self.reach = max(max(partial, default=-1), MILLI // 2 - 1 if len(partial) < len(state[0]) else -1)
 
 
 def measured(model: str, state: _State) -> Measured:
@@ -413,9 +427,11 @@ def expected(found: Measured, mix: _Mix) -> float:
             found.known = 0
             found.sizes = mix.sizes
         elif found.sizes != mix.sizes:
-            # The mix's shares changed, and so did what a card's remainder wastes: the kinds that share a
-            # card are computed again (whole-card and multi-GPU kinds never read the waste table).
-            found.known &= ~_REGISTRY.shares
+            # The mix's shares changed, and so did what a card's remainder wastes, from some part of a card
+            # on: the single-GPU kinds are computed again where they read the table that far (multi-GPU
+            # kinds never read it).
+            if _changed_from(found.sizes, mix.sizes) <= found.reach:
+                found.known &= ~_REGISTRY.shares
             found.sizes = mix.sizes
         if len(values) < len(_REGISTRY.indices):
             grown = array("d", [_NAN]) * len(_REGISTRY.indices)
@@ -558,8 +574,8 @@ def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: arr
     """(slots, stranded, left) of free cards for tasks of a shape: how many such tasks the cards hold;
     the next-task view's loss (every free thousandth when no such task fits, else what the cards too
     full for one waste); and the filled view's (what the cards' remainders waste once filled with them).
-    A card-sharing share's leftovers count only as far as the mix's other shares cannot fill them
-    (`waste_table`); a whole-card or multi-GPU task's count whole."""
+    A single-GPU task's leftovers (a share's, or the shared cards a whole-card task cannot take) count
+    only as far as the mix's shares cannot fill them (`waste_table`); a multi-GPU task's count whole."""
     gpus, milli = shape
     fitting = sum(1 for f in free if f >= milli)
     slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
@@ -567,6 +583,8 @@ def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: arr
         return slots, float(total), float(total)
     if gpus == 1 and milli < MILLI:
         return (slots, sum(waste[f] for f in free if f < milli), sum(waste[f % milli] for f in free))
+    if gpus == 1:  # a whole card: the shared ones are lost to it only as far as the shares leave them
+        return slots, sum(waste[f] for f in free if f < milli), float(total - slots * milli)
     return slots, float(sum(f for f in free if f < milli)), float(total - slots * gpus * milli)
 
 

@@ -184,6 +184,93 @@ def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ..
     return mix_of_signature(signature(counts, hosts))
 
 
+class Learner:
+    """A histogram kept by one owner pod by pod (the simulator), with its mix: after every `add`, `mix()`
+    is `mix_of(counts, hosts)`, but the quantisation is done again only when a shape's level could have
+    moved. From one full pass it keeps the range of the weights' total within which no kept or dropped
+    shape changes level (the range narrows as shapes' counts change and is never widened until the
+    next pass, so a reused answer is always the full pass's)."""
+
+    __slots__ = ("counts", "hosts", "_supplies", "_weights", "_total", "_low", "_high", "_mix")
+
+    def __init__(self, hosts: Hosts) -> None:
+        self.counts: dict[Shape, int] = {}
+        self.hosts = hosts
+        self._supplies = _supplies(hosts)
+        self._weights: dict[Shape, float] = {}
+        self._total = 0.0
+        self._low, self._high = 1.0, 0.0  # the total's range (empty: the next `mix()` is a full pass)
+        self._mix: tuple[WorkloadShape, ...] = ()
+
+    def add(self, shape: Shape | None, sign: int = 1) -> bool:
+        """Count one pod in (sign 1) or out (-1); False when there is nothing to count."""
+        if shape is None:
+            return False
+        count = self.counts.get(shape, 0) + sign
+        if count > 0:
+            self.counts[shape] = count
+        else:
+            self.counts.pop(shape, None)
+        capacity = self._supplies.get(shape)
+        if capacity is None:
+            capacity = self._supplies[shape] = supply(self.hosts, shape) if self.hosts else 1.0
+        if capacity <= 0:
+            return True  # no node can host it: never in the mix, never in the total
+        old = self._weights.get(shape, 0.0)
+        weight = count / capacity if count > 0 else 0.0
+        before = self._total
+        self._total = after = before + weight - old
+        low, high, standing = _band(weight, after)
+        if not self._low < before <= self._high or standing != _band(old, before)[2]:
+            # Out of the range already, or this shape's level moved: the next `mix()` quantises again.
+            self._low, self._high = 1.0, 0.0
+        else:
+            self._low, self._high = max(self._low, low), min(self._high, high)
+        if weight > 0:
+            self._weights[shape] = weight
+        else:
+            self._weights.pop(shape, None)
+        return True
+
+    def mix(self) -> tuple[WorkloadShape, ...]:
+        total = self._total
+        if not self._low < total <= self._high:
+            self._mix = mix_of(self.counts, self.hosts)
+            self._total = total = sum(self._weights.values())
+            self._low, self._high = 0.0, float("inf")
+            for weight in self._weights.values():
+                low, high, _ = _band(weight, total)
+                self._low, self._high = max(self._low, low), min(self._high, high)
+        return self._mix
+
+
+# How far inside a level's edges the total must stay for the level to be taken as unchanged: far above
+# the rounding of a sum and a logarithm, so an answer is reused only where the full pass would agree.
+_MARGIN = 1e-9
+
+
+def _band(weight: float, total: float) -> tuple[float, float, tuple[bool, int]]:
+    """The range of totals (low, high] within which a shape of this weight keeps its standing at `total`
+    (kept or dropped, and its level: `signature`), shrunk by _MARGIN; and that standing."""
+    if weight <= 0:
+        return 0.0, float("inf"), (False, 0)  # not counted: out whatever the total
+    dropped_from = weight / DROP  # kept while the total is at most this
+    if weight < DROP * total:
+        return dropped_from * (1 + _MARGIN), float("inf"), (False, 0)
+    share = weight / total
+    level = math.floor(STEPS * math.log2(share))
+    if share < RARE:
+        level -= level % (2 * STEPS)
+        top = min(2.0 ** ((level + 2 * STEPS) / STEPS), RARE)  # the share's range at this level
+    else:
+        top = 2.0 ** ((level + 1) / STEPS)
+    bottom = 2.0 ** (level / STEPS)
+    if share >= RARE:
+        bottom = max(bottom, RARE)
+    # share in [bottom, top)  <=>  total in (weight / top, weight / bottom]
+    return (weight / top * (1 + _MARGIN), min(weight / bottom, dropped_from) * (1 - _MARGIN), (True, level))
+
+
 # Per identity of the published objects (held, so that ids stay unique): hosts per node mapping, and the
 # mix per (observed, nodes). Both bounded.
 _HOSTS: dict[int, tuple[object, Hosts]] = {}

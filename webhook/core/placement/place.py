@@ -441,6 +441,9 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
             rejected[reason] = rejected.get(reason, 0) + (len(shape.names) if reachable is None else len(reachable))
             continue
         collected.extend(shape.names if reachable is None else reachable)
+        if one_pass:
+            _host_classes(index, shape, demand, leader, entry_key, rejected)
+            continue
         for node_class in index.classes(shape):
             state = node_class.state
             names = node_class.names
@@ -453,17 +456,6 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
                 rejected["cpu"] = rejected.get("cpu", 0) + len(names)
             elif node.memory_mib > 0 and state.free_memory < demand.host_memory:
                 rejected["host-memory"] = rejected.get("host-memory", 0) + len(names)
-            elif one_pass:
-                before = state.memo.before
-                if before is not None and leader.beaten(-(TIE_BREAK * before.free / MILLI), names):
-                    continue  # taking CPU and memory never lowers fragmentation: this is the most it scores
-                entry = state.memo.fragmentation.get(entry_key)
-                if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, names, _NO_FIT,
-                                                                                       entry_key):
-                    continue
-                if entry is None or entry[0] is not compiled:
-                    entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
-                leader.offer(entry, state, names, _NO_FIT)
             else:
                 cands.append(Candidate(state, names, _NO_GPU, _NO_FIT, 0, no_gpu_loss))
     if eligible is None:
@@ -474,6 +466,47 @@ def _place_on_host(request: PodRequest, demand: Demand, index: NodeIndex, ctx: P
     else:
         options = _ranked(cands, False, request, demand, index, ctx, reach)
     return Placement(eligible=eligible, options=options, rejected=rejected)
+
+
+def _host_classes(index: NodeIndex, shape: Shape, demand: Demand, leader: _Leader, entry_key: tuple[int, int],
+                  rejected: dict[str, int]) -> None:
+    """`_place_on_host`'s loop over a shape's classes for the one-pass case (every node reachable): most
+    classes lose at a glance, so the test that they do is inline."""
+    node = shape.template
+    cpu = demand.cpu if node.cpu_milli > 0 else 0
+    memory = demand.host_memory if node.memory_mib > 0 else 0
+    compiled = leader.compiled
+    short_cpu = short_memory = 0
+    for node_class in index.classes(shape):
+        state = node_class.state
+        if state.free_cpu < cpu:
+            short_cpu += len(node_class.names)
+            continue
+        if state.free_memory < memory:
+            short_memory += len(node_class.names)
+            continue
+        memo = state.memo
+        before = memo.before
+        if before is not None:
+            # Taking CPU and memory never lowers fragmentation: the tie-break on the free GPUs is the most
+            # this class can score (`_Leader.beaten`).
+            top = -(TIE_BREAK * before.free / MILLI)
+            if top < leader.floor:
+                continue
+            best = leader.best
+            if top == leader.floor and best is not None and node_class.names[0] > best.names[0]:
+                continue
+        names = node_class.names
+        entry = memo.fragmentation.get(entry_key)
+        if entry is not None and entry[0] is not compiled and leader.put_off(entry, state, names, _NO_FIT, entry_key):
+            continue
+        if entry is None or entry[0] is not compiled:
+            entry = weighed(Candidate(state, names, _NO_GPU, _NO_FIT, 0), entry_key, entry, compiled, demand)
+        leader.offer(entry, state, names, _NO_FIT)
+    if short_cpu:
+        rejected["cpu"] = rejected.get("cpu", 0) + short_cpu
+    if short_memory:
+        rejected["host-memory"] = rejected.get("host-memory", 0) + short_memory
 
 
 def _host_verdict(node: Node, demand: Demand) -> str:

@@ -199,16 +199,23 @@ def _changed_from(old: tuple[tuple[int, float], ...], new: tuple[tuple[int, floa
     return next((free for free in range(MILLI + 1) if before[free] != after[free]), MILLI + 1)
 
 
+def _reach(free: tuple[int, ...]) -> int:
+    """The highest entry of the waste table any kind's value reads for these free cards: a partial card's
+    free part (or less), a whole card's remainder once filled with one share (under half a card)."""
+    return max((f if f < MILLI else MILLI // 2 - 1 for f in free), default=-1)
+
+
 class _Waste:
     """A waste table (`waste_table`) and the per-card-state answers computed with it: free-capacity
-    vector -> (slots, stranded, left) per (GPUs, share), as `_cards` gives them. Mixes of the same
+    vector -> (slots or 1, slots, stranded, left, the value when neither CPU nor memory holds a task
+    back) per (GPUs, share), from `_cards`. Mixes of the same
     single-GPU shares share one, so the answers are shared too."""
 
     __slots__ = ("table", "cards")
 
     def __init__(self, table: array[float]) -> None:
         self.table = table
-        self.cards: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, float, float]]] = {}
+        self.cards: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, int, float, float, float]]] = {}
 
 
 @lru_cache(maxsize=64)
@@ -376,7 +383,7 @@ class Measured:
     `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
     The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
 
-    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes", "reach")
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes")
 
     def __init__(self, model: str, state: _State) -> None:
         self.model = model
@@ -388,10 +395,6 @@ class Measured:
         self.mix: _Mix | None = None
         self.expected = 0.0
         self.sizes: tuple[tuple[int, float], ...] = ()  # the shares (and chances) the values were computed against
-        # The highest entry of the waste table any kind's value reads here: a partial card's free part (or
-        # less), a whole card's remainder once filled with one share (under half a card).
-        partial = [f for f in state[0] if f < MILLI]
-        self.reach = max(max(partial, default=-1), MILLI // 2 - 1 if len(partial) < len(state[0]) else -1)
 
 
 def measured(model: str, state: _State) -> Measured:
@@ -430,7 +433,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             # The mix's shares changed, and so did what a card's remainder wastes, from some part of a card
             # on: the single-GPU kinds are computed again where they read the table that far (multi-GPU
             # kinds never read it).
-            if _changed_from(found.sizes, mix.sizes) <= found.reach:
+            if _changed_from(found.sizes, mix.sizes) <= _reach(found.state[0]):
                 found.known &= ~_REGISTRY.shares
             found.sizes = mix.sizes
         if len(values) < len(_REGISTRY.indices):
@@ -537,16 +540,16 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
                 continue
         found = cards.get(shape)
         if found is None:
-            found = cards[shape] = _cards(free, total, shape, waste.table)
-        slots, stranded, left = found
-        gpus, milli = shape
-        times = slots or 1
+            slots, stranded, left = _cards(free, total, shape, waste.table)
+            value = stranded if shape[1] == MILLI else FILLED * left + (1 - FILLED) * stranded
+            found = cards[shape] = (slots or 1, slots, stranded, left, value)
+        times, slots, stranded, left, value = found
         if cpu >= times * most_cpu and memory >= times * most_memory:
             # No kind of the group is held back by CPU or memory: each takes `slots` tasks.
-            value = stranded if milli == MILLI else FILLED * left + (1 - FILLED) * stranded
             for index in indices:
                 values[index] = value
             continue
+        gpus, milli = shape
         if milli == MILLI:  # the next-task view only: all of it, or the stranded cards
             held, fitting_value = float(total), float(stranded)
             for index, cpu_need, memory_need in members:

@@ -184,17 +184,17 @@ def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ..
     return mix_of_signature(signature(counts, hosts))
 
 
-class Learner:
+class Learner(Histogram):
     """A histogram kept by one owner pod by pod (the simulator), with its mix: after every `add`, `mix()`
     is `mix_of(counts, hosts)`, but the quantisation is done again only when a shape's level could have
     moved. From one full pass it keeps the range of the weights' total within which no kept or dropped
     shape changes level (the range narrows as shapes' counts change and is never widened until the
     next pass, so a reused answer is always the full pass's)."""
 
-    __slots__ = ("counts", "hosts", "_supplies", "_weights", "_total", "_low", "_high", "_mix")
+    __slots__ = ("hosts", "_supplies", "_weights", "_total", "_low", "_high", "_mix")
 
     def __init__(self, hosts: Hosts) -> None:
-        self.counts: dict[Shape, int] = {}
+        super().__init__()
         self.hosts = hosts
         self._supplies = _supplies(hosts)
         self._weights: dict[Shape, float] = {}
@@ -203,14 +203,9 @@ class Learner:
         self._mix: tuple[WorkloadShape, ...] = ()
 
     def add(self, shape: Shape | None, sign: int = 1) -> bool:
-        """Count one pod in (sign 1) or out (-1); False when there is nothing to count."""
-        if shape is None:
+        if shape is None or not super().add(shape, sign):
             return False
-        count = self.counts.get(shape, 0) + sign
-        if count > 0:
-            self.counts[shape] = count
-        else:
-            self.counts.pop(shape, None)
+        count = self.counts.get(shape, 0)
         capacity = self._supplies.get(shape)
         if capacity is None:
             capacity = self._supplies[shape] = supply(self.hosts, shape) if self.hosts else 1.0

@@ -72,7 +72,7 @@ class _Mix:
         self.kinds = kinds
         # The shares single-GPU kinds take of a card, each with its chance of filling a remainder it fits
         # (their waste table: `_waste`).
-        self.sizes = _fill_chances(kinds)
+        self.sizes = _canonical(_fill_chances(kinds))
         self.entries: tuple[tuple[int, float, _Kind], ...] = ()
         self.generation = -1
         self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
@@ -109,7 +109,7 @@ class _Mix:
         kind's value lies between 0 and the free capacity)."""
         if self.generation != _REGISTRY.generation:
             self.indexed()
-        if other.generation != self.generation or other.sizes != self.sizes:
+        if other.generation != self.generation or other.sizes is not self.sizes:
             return float("inf")
         found = self.distances.get(other)
         if found is None:
@@ -223,6 +223,33 @@ def _waste(sizes: tuple[tuple[int, float], ...]) -> _Waste:
     return _Waste(waste_table(sizes))
 
 
+# Equal sets of shares and chances are one object (`_canonical`), so that a state tells whether its
+# values were computed against a mix's shares by identity, and finds their `_Waste` by it (`_waste_of`),
+# without comparing or hashing the tuples. Both bounded; a set met again after a clear is merely new.
+_SIZES: dict[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]] = {}
+_WASTES: dict[int, tuple[tuple[tuple[int, float], ...], _Waste]] = {}
+
+
+def _canonical(sizes: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
+    found = _SIZES.get(sizes)
+    if found is None:
+        if len(_SIZES) >= 256:
+            _SIZES.clear()
+        found = _SIZES[sizes] = sizes
+    return found
+
+
+def _waste_of(sizes: tuple[tuple[int, float], ...]) -> _Waste:
+    held = _WASTES.get(id(sizes))
+    if held is not None and held[0] is sizes:
+        return held[1]
+    waste = _waste(sizes)
+    if len(_WASTES) >= 64:
+        _WASTES.clear()
+    _WASTES[id(sizes)] = (sizes, waste)
+    return waste
+
+
 # Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
 # any of them needs, the members' indices, the members as (index, CPU, memory), the indices as bits).
 _Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...], int]
@@ -290,7 +317,7 @@ _STATES: dict[tuple[int, NodeUsage], _State] = {}
 def forget() -> None:
     """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
     cluster, so that the next one starts with small tables (a replay per seed)."""
-    for memo in (_VALUES, _HELD, _STATES, _VECTORS):
+    for memo in (_VALUES, _HELD, _STATES, _VECTORS, _WASTES):
         memo.clear()
     _waste.cache_clear()
     _paper_fragmentation.cache_clear()
@@ -429,11 +456,11 @@ def expected(found: Measured, mix: _Mix) -> float:
             found.generation = _REGISTRY.generation
             found.known = 0
             found.sizes = mix.sizes
-        elif found.sizes != mix.sizes:
+        elif found.sizes is not mix.sizes:
             # The mix's shares changed, and so did what a card's remainder wastes, from some part of a card
             # on: the single-GPU kinds are computed again where they read the table that far (multi-GPU
             # kinds never read it).
-            if _changed_from(found.sizes, mix.sizes) <= _reach(found.state[0]):
+            if found.known and _changed_from(found.sizes, mix.sizes) <= _reach(found.state[0]):
                 found.known &= ~_REGISTRY.shares
             found.sizes = mix.sizes
         if len(values) < len(_REGISTRY.indices):
@@ -442,7 +469,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.wanted(missing), _waste(mix.sizes))
+            _fill(found.model, found.state, values, mix.wanted(missing), _waste_of(mix.sizes))
             found.known |= mix.mask
         # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, mix.pick(values))) / MILLI
@@ -580,14 +607,26 @@ def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: arr
     A single-GPU task's leftovers (a share's, or the shared cards a whole-card task cannot take) count
     only as far as the mix's shares cannot fill them (`waste_table`); a multi-GPU task's count whole."""
     gpus, milli = shape
+    if gpus == 1:  # one pass over the cards (the sums in the order of the cards, as the docstring's)
+        slots = 0
+        stranded = left = 0.0
+        for f in free:
+            if f >= milli:
+                slots += f // milli
+                left += waste[f % milli]
+            else:
+                stranded += waste[f]
+                left += waste[f]
+        if not slots:
+            return 0, float(total), float(total)
+        if milli < MILLI:
+            return slots, stranded, left
+        # A whole card: the shared ones are lost to it only as far as the shares leave them.
+        return slots, stranded, float(total - slots * milli)
     fitting = sum(1 for f in free if f >= milli)
-    slots = sum(f // milli for f in free) if gpus == 1 else fitting // gpus
+    slots = fitting // gpus
     if fitting < gpus:
         return slots, float(total), float(total)
-    if gpus == 1 and milli < MILLI:
-        return (slots, sum(waste[f] for f in free if f < milli), sum(waste[f % milli] for f in free))
-    if gpus == 1:  # a whole card: the shared ones are lost to it only as far as the shares leave them
-        return slots, sum(waste[f] for f in free if f < milli), float(total - slots * milli)
     return slots, float(sum(f for f in free if f < milli)), float(total - slots * gpus * milli)
 
 

@@ -18,7 +18,7 @@ import webhook
 MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
     "webhook.core.placement.fragmentation": (
-        "_VECTORS", "_VALUES", "_HELD", "_STATES", "_HOSTS", "_SIZES", "_WASTES",
+        "_VECTORS", "_VALUES", "_HELD", "_STATES", "_HOSTS", "_SIZES",
     ),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
     "webhook.core.placement.group_place": ("_TABLES",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Node, NodeUsage, Option, PodRequest, TopologyClass
 from webhook.core.domain.names import PLACEMENT_POLICIES
@@ -17,6 +17,19 @@ POLICIES = PLACEMENT_POLICIES
 Scorer = Callable[[PodRequest, Node, NodeUsage, Option], float]
 
 DEFAULT_LOSS = DEFAULT_TOPOLOGY_LOSS
+
+_T = TypeVar("_T")
+
+
+class HashedTuple(tuple[_T, ...]):
+    """A tuple whose hash is computed once: for values that key memos on a hot path (a learned mix, a
+    mix's shares and chances), where hashing every member at each look-up would show."""
+
+    def __hash__(self) -> int:
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = super().__hash__()
+        return found
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from operator import itemgetter, mul
 
 from webhook.core.domain.model import Node, NodeUsage
 
-from .context import WorkloadShape
+from .context import HashedTuple, WorkloadShape
 
 MILLI = 1000  # one whole GPU
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
@@ -223,31 +223,19 @@ def _waste(sizes: tuple[tuple[int, float], ...]) -> _Waste:
     return _Waste(waste_table(sizes))
 
 
-# Equal sets of shares and chances are one object (`_canonical`), so that a state tells whether its
-# values were computed against a mix's shares by identity, and finds their `_Waste` by it (`_waste_of`),
-# without comparing or hashing the tuples. Both bounded; a set met again after a clear is merely new.
-_SIZES: dict[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]] = {}
-_WASTES: dict[int, tuple[tuple[tuple[int, float], ...], _Waste]] = {}
+# Equal sets of shares and chances are one object, hashed once (`_canonical`): a state tells by identity
+# whether its values were computed against a mix's shares, and the memos keyed on them (`_waste`,
+# `_changed_from`) never walk the tuple. Bounded; a set met again after a clear is merely new.
+_SIZES: dict[tuple[tuple[int, float], ...], HashedTuple[tuple[int, float]]] = {}
 
 
-def _canonical(sizes: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
+def _canonical(sizes: tuple[tuple[int, float], ...]) -> HashedTuple[tuple[int, float]]:
     found = _SIZES.get(sizes)
     if found is None:
         if len(_SIZES) >= 256:
             _SIZES.clear()
-        found = _SIZES[sizes] = sizes
+        found = _SIZES[sizes] = HashedTuple(sizes)
     return found
-
-
-def _waste_of(sizes: tuple[tuple[int, float], ...]) -> _Waste:
-    held = _WASTES.get(id(sizes))
-    if held is not None and held[0] is sizes:
-        return held[1]
-    waste = _waste(sizes)
-    if len(_WASTES) >= 64:
-        _WASTES.clear()
-    _WASTES[id(sizes)] = (sizes, waste)
-    return waste
 
 
 # Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
@@ -317,7 +305,7 @@ _STATES: dict[tuple[int, NodeUsage], _State] = {}
 def forget() -> None:
     """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
     cluster, so that the next one starts with small tables (a replay per seed)."""
-    for memo in (_VALUES, _HELD, _STATES, _VECTORS, _WASTES):
+    for memo in (_VALUES, _HELD, _STATES, _VECTORS):
         memo.clear()
     _waste.cache_clear()
     _paper_fragmentation.cache_clear()
@@ -469,7 +457,7 @@ def expected(found: Measured, mix: _Mix) -> float:
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.wanted(missing), _waste_of(mix.sizes))
+            _fill(found.model, found.state, values, mix.wanted(missing), _waste(mix.sizes))
             found.known |= mix.mask
         # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, mix.pick(values))) / MILLI

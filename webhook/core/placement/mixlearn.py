@@ -24,7 +24,7 @@ from webhook.core.domain.model import Node, PodRequest, Snapshot
 from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape, shape_of, slice_milli
 from webhook.core.policy.model import Policy
 
-from .context import WorkloadShape
+from .context import HashedTuple, WorkloadShape
 from .fragmentation import default_mix
 
 # A node as far as hosting goes, with how many such nodes: ((model, healthy GPUs, CPU, memory), count).
@@ -167,15 +167,9 @@ def mix_of_signature(quantised: Signature) -> tuple[WorkloadShape, ...]:
                for (gpus, milli, cpu, memory, models), weight in ranked)
 
 
-class Mix(tuple["WorkloadShape", ...]):
-    """A learned mix: a tuple of shapes whose hash is computed once (the placement memos hash the mix
-    once per decision; four dozen dataclass hashes each time would show in the admission time)."""
-
-    def __hash__(self) -> int:
-        found: int | None = self.__dict__.get("_hash")
-        if found is None:
-            found = self.__dict__["_hash"] = super().__hash__()
-        return found
+class Mix(HashedTuple["WorkloadShape"]):
+    """A learned mix, hashed once (the placement memos hash the mix once per decision; four dozen
+    dataclass hashes each time would show in the admission time)."""
 
 
 def mix_of(counts: Mapping[Shape, int], hosts: Hosts) -> tuple[WorkloadShape, ...]:

@@ -4,6 +4,7 @@ emptied after every test."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import caches
 import pytest
@@ -12,6 +13,17 @@ from server_support import cluster_objects
 
 from webhook.cluster.translate import build_snapshot
 from webhook.core.domain.model import Snapshot
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/e2e runs against a real control plane built from Go modules: only when named on the command
+    line (`pytest tests/e2e`), never in the default `pytest`."""
+    if collection_path != E2E:
+        return None
+    named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    return not any(path == E2E or E2E in path.parents for path in named)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 
 from .errors import UserError
 
+PACKAGE = "gpu-admission"
+
 # subcommand -> (module, help). Each module has add_arguments(parser) and run(args) -> int, and keeps
 # heavy imports inside run() so that `gpu-admission --help` stays fast.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,12 +22,110 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("webhook.commands.simulate", "replay a GPU cluster trace through the placement policies"),
 }
 
+_COMMON_EXITS = "  2    bad input: a file, document, field or option to fix (named in the message)\n  130  interrupted"
+
+# subcommand -> its --help epilog: the exit codes and examples, as kubectl and conftest show them.
+EPILOGS: dict[str, str] = {
+    "check": f"""\
+exit codes:
+  0    every pod admitted (with --fail-on-warn: and no warning)
+  1    at least one pod denied (with --fail-on-warn: or a warning printed)
+{_COMMON_EXITS}
+
+examples:
+  gpu-admission check examples/                       # against the embedded demo cluster
+  gpu-admission check --cluster cluster.yaml -n ml deploy/
+  kubectl get nodes,namespaces,resourcequotas -o yaml > cluster.yaml
+  helm template chart/ | gpu-admission check --cluster cluster.yaml -o junit -
+  gpu-admission check --kubeconfig ~/.kube/config --fail-on-warn -o table job.yaml""",
+    "serve": f"""\
+exit codes:
+  0    stopped
+  2    bad input: a file, document, field or option to fix (named in the message)
+  3    a part this installation lacks
+  130  interrupted
+
+examples:
+  gpu-admission serve --in-cluster --cert-dir /certs --policy /etc/gpu-admission/policy.yaml
+  gpu-admission serve --cluster cluster.yaml       # answer from files, a development certificate""",
+    "certs": f"""\
+exit codes:
+  0    certificate written (or kept: still valid)
+{_COMMON_EXITS}
+
+examples:
+  gpu-admission certs --service gpu-admission --namespace gpu-admission --out certs/
+  gpu-admission certs --service gpu-admission --namespace gpu-admission \\
+      --secret gpu-admission-tls --patch-webhook gpu-admission""",
+    "agent": f"""\
+exit codes:
+  0    done (--once), or stopped
+  1    discovery or publishing failed (with --once)
+  2    bad input: a file, document, field or option to fix (named in the message)
+  3    NVML is not available on this machine
+  130  interrupted
+
+examples:
+  gpu-admission agent --once --print        # show what this node would publish
+  gpu-admission agent --node-name $NODE_NAME""",
+    "snapshot": f"""\
+exit codes:
+  0    written
+{_COMMON_EXITS}
+
+examples:
+  gpu-admission snapshot -o cluster.yaml && gpu-admission check --cluster cluster.yaml deploy/
+  gpu-admission snapshot --context prod -o -""",
+    "simulate": f"""\
+exit codes:
+  0    done
+{_COMMON_EXITS}
+
+examples:
+  gpu-admission simulate --trace-dir openb/ --policy all --seeds 42-44
+  gpu-admission simulate --nodes nodes.csv --pods pods.csv --policy fgd,fragmentation -o csv""",
+    "version": """\
+exit codes:
+  0    printed
+
+examples:
+  gpu-admission version
+  gpu-admission --version""",
+}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Text of several lines (the epilogs) as written; a one-line description wrapped to the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return super()._fill_text(text, width, indent)
+        return argparse.HelpFormatter._fill_text(self, text, width, indent)
+
+
+def version() -> str:
+    """The installed distribution's version; "unknown" when run from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(args: argparse.Namespace) -> int:
+    print(f"{PACKAGE} {version()}")
+    return 0
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-admission", description="GPU admission controller for Kubernetes")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOGS.get(name),
+                            formatter_class=_HelpFormatter)
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:  # a missing optional part must not take the other commands down
@@ -33,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
+    sp = sub.add_parser("version", help="print the version", description="print the version",
+                        epilog=EPILOGS["version"], formatter_class=_HelpFormatter)
+    sp.set_defaults(_run=_print_version)
     return parser
 
 

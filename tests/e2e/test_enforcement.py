@@ -65,8 +65,8 @@ def test_the_record_cannot_be_forged_edited_or_removed_by_an_update(core: client
     record = core.read_namespaced_pod("sealed", NS).metadata.annotations[RECORD]
     edited = json.loads(record)
     edited["gpus"] = [7]
-    for annotations in ({RECORD: json.dumps(edited)}, {RECORD: None}):
-        err = refusal(lambda a=annotations: core.patch_namespaced_pod("sealed", NS, {"metadata": {"annotations": a}}))
+    for written in ({RECORD: json.dumps(edited)}, {RECORD: None}):
+        err = refusal(lambda a=written: core.patch_namespaced_pod("sealed", NS, {"metadata": {"annotations": a}}))
         assert err.status == 403
         assert "validate-pod-records.gpu-admission.io" in message(err)
     # an ordinary label edit of the same pod passes

@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.core.domain.model import Claim, Snapshot
 from webhook.errors import UserError
-from webhook.manifests import Document, load_documents, parse_text
+from webhook.manifests import EXTENSIONS, Document, expand_paths, load_documents, parse_text
 
 from .translate import CLUSTER_KINDS, claim_of, config_map_of, inventory_of, namespace_of, node_of, quotas_of
 
@@ -63,6 +63,41 @@ def load_cluster(paths: Sequence[str]) -> list[dict[str, Any]]:
     Raises UserError naming the file, document and field of the first object that is malformed.
     """
     return cluster_objects(load_documents(paths))
+
+
+HOW_TO_WRITE = ("write one with `gpu-admission snapshot -o cluster.yaml`, or "
+                "`kubectl get nodes,namespaces,resourcequotas -o yaml > cluster.yaml`")
+
+
+def read_cluster(paths: Sequence[str], need_namespaces: bool = True) -> list[dict[str, Any]]:
+    """`load_cluster` for input that must be a cluster (`check --cluster`): an empty directory, a document
+    that is no Kubernetes object (a docker-compose file, Helm values), files without a Node, or without a
+    Namespace when `need_namespaces`, are a UserError naming the file and what is missing, instead of a
+    cluster in which no pod is ever managed."""
+    for path in paths:
+        if not any(True for _ in expand_paths([path])):
+            raise UserError(f"--cluster {path}: no {', '.join('*' + e for e in EXTENSIONS)} files in this "
+                            f"directory; {HOW_TO_WRITE}")
+    documents = load_documents(paths)
+    for doc in documents:
+        kind = doc.data.get("kind")
+        if not isinstance(kind, str) or not kind:
+            what = "no kind" if kind is None else f"kind is {kind!r}, not a name"
+            raise doc.error("kind", f"{what}: this is not a Kubernetes object; --cluster reads Node, Namespace, "
+                            f"ResourceQuota, Pod and GPUInventory objects ({HOW_TO_WRITE})")
+    objects = cluster_objects(documents)
+    files = ", ".join(paths)
+    found = sorted({str(doc.data["kind"]) for doc in documents})
+    seen = f"found only {', '.join(found)}" if found else "found no objects"
+    kinds = {obj.get("kind") for obj in objects}
+    if "Node" not in kinds:
+        raise UserError(f"--cluster {files}: no Node objects ({seen}): without them no pod can be placed; "
+                        f"{HOW_TO_WRITE}")
+    if need_namespaces and "Namespace" not in kinds:
+        raise UserError(f"--cluster {files}: no Namespace objects: without them no namespace is managed and every "
+                        "pod is let through unchanged; add the Namespaces (labelled gpu-admission.io/enabled: "
+                        "\"true\" where the webhook manages pods), or set managedNamespaces: all in --policy")
+    return objects
 
 
 def demo_objects() -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ from webhook.core.domain.decision import denied
 
 from .check_report import EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT, Result, summary  # noqa: F401 - the module's API
 
+OUTPUTS = ("text", "table", "json", "yaml", "junit")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH",
@@ -29,19 +31,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: built-in defaults)")
     parser.add_argument("-n", "--namespace", default="default",
                         help="namespace for manifests that do not set one (default: default)")
-    parser.add_argument("-o", "--output", choices=("text", "json", "junit"), default="text")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text",
+                        help="text (default), table (one row per workload), json, yaml or junit")
+    parser.add_argument("--fail-on-warn", action="store_true",
+                        help="exit 1 when any warning is printed, even if every pod is admitted")
     parser.add_argument("-v", "--verbose", action="store_true", help="text output: show each patch")
 
 
-def _cluster_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from webhook.cluster.files import demo_objects, load_cluster
+def _cluster_objects(args: argparse.Namespace, policy: Any) -> list[dict[str, Any]]:
+    from webhook.cluster.files import demo_objects, read_cluster
 
     if args.kubeconfig:
         from .snapshot import live_objects
 
         return list(live_objects(args.kubeconfig, args.context))
     if args.cluster:
-        return list(load_cluster(args.cluster))
+        return list(read_cluster(args.cluster, need_namespaces=policy.managed_namespaces != "all"))
     return list(demo_objects())
 
 
@@ -79,7 +84,26 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
                                 error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
             results.append(result)
     _note_open_groups(results, snapshot)
+    _note_unknown_memory(results, snapshot)
     return results
+
+
+def _note_unknown_memory(results: list[Result], snapshot: Any) -> None:
+    """A pod placed on a node that states no memory for its GPUs (a GPU product label without
+    nvidia.com/gpu.memory, and no GPUInventory): say so, and what would state it."""
+    for r in results:
+        placed = r.nodes or [str((r.allocation or {}).get("node") or "")]
+        if not r.allowed or (r.allocation or {}).get("mig"):
+            continue
+        for name in sorted(set(placed)):
+            node = snapshot.nodes.get(name)
+            if node is None or not node.gpus or any(g.memory_mib for g in node.gpus):
+                continue
+            source = ("it has no nvidia.com/gpu.memory label (GPU Feature Discovery sets it) and no GPUInventory "
+                      "(`gpu-admission agent` publishes one)" if node.vendor == "nvidia" else
+                      "it advertises no GPU memory resource and has no GPUInventory")
+            r.warnings.append(f"node {name}: the memory of its GPUs is unknown, so GPU memory is neither sized nor "
+                              f"limited there: {source}")
 
 
 def _note_open_groups(results: list[Result], snapshot: Any) -> None:
@@ -161,6 +185,9 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
         for warning in (*mutated.warnings, *decision.warnings):
             if warning not in result.warnings:
                 result.warnings.append(warning)
+            drew = result.warning_pods.setdefault(warning, [])
+            if replica + 1 not in drew:
+                drew.append(replica + 1)
         if not decision.allowed:
             result.allowed, result.code, result.reason = False, decision.code, decision.reason
             prefix = f"pod {replica + 1} of {item.replicas}: " if item.replicas > 1 else ""
@@ -288,41 +315,115 @@ def _nodes_text(nodes: list[str]) -> str:
     return "nodes " + ", ".join(distinct[:4]) + (f" (+{len(distinct) - 4})" if len(distinct) > 4 else "")
 
 
-DEMO_BANNER = (
+DEMO_CLUSTER = (
     "Deciding against the embedded demo cluster (2 H100 and 2 A100 nodes with 8 GPUs each, 2 L4 and 1 T4 node; "
-    "managed namespaces team-a and team-b, see webhook/demo/cluster.yaml); some examples are denied on purpose, "
-    "so exit code 1 is expected. Pass --cluster or --kubeconfig to decide against your own cluster."
+    "managed namespaces team-a and team-b, see webhook/demo/cluster.yaml)"
 )
+DEMO_BANNER = (
+    f"{DEMO_CLUSTER}; some examples are denied on purpose, so exit code 1 is expected. Pass --cluster or "
+    "--kubeconfig to decide against your own cluster."
+)
+DEMO_NOTE = f"{DEMO_CLUSTER}. Pass --cluster or --kubeconfig to decide against your own cluster."
+# The manifests of the source tree's examples/ directory, the ones the demo cluster is made for.
+BUNDLED_EXAMPLES = frozenset({
+    "01-single-gpu.yaml", "02-shared-slice.yaml", "03-nvlink-training.yaml", "04-inference-deployment.yaml",
+    "05-quota-exceeded.yaml", "06-too-many-gpus.yaml", "07-cores-over-100.yaml", "08-isolation-bypass.yaml",
+    "09-unmanaged-namespace.yaml", "10-service.yaml",
+})
+
+
+def bundled_examples_only(files: Sequence[str]) -> bool:
+    """Whether every file read is one of the bundled examples (examples/NN-*.yaml), not the user's own."""
+    import os
+
+    return bool(files) and all(
+        os.path.basename(f) in BUNDLED_EXAMPLES and os.path.basename(os.path.dirname(os.path.abspath(f))) == "examples"
+        for f in files)
+
+
+def _no_kind_problems(documents: list[Any]) -> list[Any]:
+    """A document without a kind is no Kubernetes object (a docker-compose file, Helm values): an input
+    error naming its file and document, not an object to walk for pod templates."""
+    from webhook.manifests import Document, Problem
+
+    out: list[Any] = []
+    for doc in documents:
+        kind = doc.data.get("kind") if isinstance(doc, Document) else "-"
+        if isinstance(kind, str) and kind:
+            out.append(doc)
+            continue
+        what = "no kind" if kind is None else f"kind is {kind!r}, not a name"
+        message = f"{what}: not a Kubernetes object (every object states apiVersion and kind)"
+        error = doc.error("kind", message)
+        metadata = doc.data.get("metadata") if isinstance(doc.data.get("metadata"), Mapping) else {}
+        name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
+        out.append(Problem(doc.source, error.field, message, str(error), name=name, index=doc.index))
+    return out
+
+
+def _namespace_warnings(results: list[Result], snapshot: Any, policy: Any, args: argparse.Namespace) -> None:
+    """A workload's namespace the cluster files (or the live cluster) do not have: its pods are let
+    through unchanged, which is rarely what the files were meant to say."""
+    if policy.managed_namespaces == "all" or not (args.cluster or args.kubeconfig):
+        return
+    for r in results:
+        if r.error or r.skipped or not r.namespace or r.namespace in snapshot.namespaces:
+            continue
+        if args.cluster:
+            r.warnings.append(
+                f"namespace {r.namespace} is not in the cluster files ({', '.join(args.cluster)}), so it is treated "
+                f"as not managed: add its Namespace (labelled gpu-admission.io/enabled: \"true\" to manage it), "
+                "check against a namespace they have with -n, or set managedNamespaces: all in --policy")
+        else:
+            r.warnings.append(f"namespace {r.namespace} does not exist in the cluster, so it is treated as not "
+                              "managed: create it, or check against an existing one with -n")
 
 
 def run(args: argparse.Namespace) -> int:
     from webhook.cluster.files import with_manifest_claims, with_manifest_config_maps
     from webhook.cluster.translate import build_snapshot
     from webhook.errors import UserError
-    from webhook.manifests import read_all
+    from webhook.manifests import STDIN, Document, expand_paths, read_all
     from webhook.policyfile.read import load_policy
     from webhook.workloads import workloads
 
-    from .check_report import exit_code, render_json, render_junit, render_text
+    from .check_report import exit_code, render_json, render_junit, render_table, render_text, render_yaml
 
+    files = list(expand_paths(args.paths))
+    empty = [p for p in args.paths if p != STDIN and not any(True for _ in expand_paths([p]))]
+    if empty:
+        raise UserError(f"{empty[0]}: no manifests in this directory (*.yaml, *.yml, *.json)")
     policy = load_policy(args.policy)
-    objects = _cluster_objects(args)
+    objects = _cluster_objects(args, policy)
     try:
         snapshot = build_snapshot(objects, dra_classes=policy.dra_device_classes)
     except ValueError as err:
         raise UserError(f"invalid cluster state: {err}") from None
     snapshot = _with_live_groups(snapshot, objects)
-    documents = read_all(args.paths, stdin=sys.stdin)
+    documents = _no_kind_problems(read_all(args.paths, stdin=sys.stdin))
+    if not documents:
+        raise UserError(f"{', '.join(args.paths)}: no Kubernetes objects to check (the files are empty)")
     # DRA claims and claim templates written next to the workloads count as if they existed already.
-    snapshot = with_manifest_claims(snapshot, documents, args.namespace)
-    snapshot = with_manifest_config_maps(snapshot, documents, args.namespace)  # what their envFrom reads
+    manifests = [doc for doc in documents if isinstance(doc, Document)]
+    snapshot = with_manifest_claims(snapshot, manifests, args.namespace)
+    snapshot = with_manifest_config_maps(snapshot, manifests, args.namespace)  # what their envFrom reads
     results = evaluate(workloads(documents), snapshot, policy, args.namespace)
+    _namespace_warnings(results, snapshot, policy, args)
     if args.output == "json":
         print(render_json(results))
+    elif args.output == "yaml":
+        print(render_yaml(results))
     elif args.output == "junit":
         print(render_junit(results))
+    elif args.output == "table":
+        print(render_table(results))
     else:
         if not args.cluster and not args.kubeconfig:
-            print(DEMO_BANNER)
+            print(DEMO_BANNER if bundled_examples_only(files) else DEMO_NOTE)
         print(render_text(results, args.verbose))
-    return exit_code(results)
+    code = exit_code(results, args.fail_on_warn)
+    if args.fail_on_warn and code == EXIT_DENIED and exit_code(results) == EXIT_ALLOWED:
+        warned = sum(len(r.warnings) for r in results)
+        print(f"gpu-admission check: {warned} warning{'s' if warned != 1 else ''}, and --fail-on-warn is set",
+              file=sys.stderr)
+    return code

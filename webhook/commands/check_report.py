@@ -1,4 +1,4 @@
-"""`gpu-admission check` reports: text, JSON and JUnit, and the exit code, from the decided results.
+"""`gpu-admission check` reports: text, table, JSON, YAML and JUnit, and the exit code, from the decided results.
 
 Input errors (a file or document that could not be read or decided) are results of their own in every
 format, next to the decisions of the other documents."""
@@ -40,6 +40,7 @@ class Result:
     error_field: str = ""  # with `error`: the field at fault ("" for the whole file or document)
     group: str = ""  # API group of a decided workload: text writes "Job (batch.volcano.sh)"
     pods: list[dict[str, Any]] = field(default_factory=list)  # each pod decided: name, verdict, allocation
+    warning_pods: dict[str, list[int]] = field(default_factory=dict)  # warning -> the pods (1-based) that drew it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,11 +53,14 @@ class Result:
         }
 
 
-def exit_code(results: Sequence[Result]) -> int:
-    """2 if any input error (a GPU workload that could not be decided is one), else 1 if any denial, else 0."""
+def exit_code(results: Sequence[Result], fail_on_warn: bool = False) -> int:
+    """2 if any input error (a GPU workload that could not be decided is one), else 1 if any denial (or,
+    with `fail_on_warn`, any warning), else 0."""
     if any(r.error for r in results):
         return EXIT_INPUT
-    return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_ALLOWED
+    if any(not r.allowed for r in results) or (fail_on_warn and any(r.warnings for r in results)):
+        return EXIT_DENIED
+    return EXIT_ALLOWED
 
 
 def summary(results: Sequence[Result]) -> dict[str, int]:
@@ -82,49 +86,152 @@ def target(r: Result) -> str:
     return text
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("s" if count != 1 else "")
+
+
+def _memory(value: object) -> str:
+    """"20000 MiB"; a card whose memory the cluster does not state (no label, no inventory): "memory unknown"."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return f"{value} MiB"
+    return "memory unknown"
+
+
+def slice_text(alloc: Mapping[str, Any]) -> str:
+    """"1 GPU x 20000 MiB/50%", "2 GPUs x memory unknown/100%": what each pod gets, with nothing unset shown."""
+    count = alloc.get("gpuCount")
+    count = count if isinstance(count, int) else 0
+    if alloc.get("mig"):
+        return f"{count} MIG device(s) x {_memory(alloc.get('memoryMiB'))}"
+    cores = alloc.get("cores")
+    return f"{_plural(count, 'GPU')} x {_memory(alloc.get('memoryMiB'))}" + (
+        f"/{cores}%" if isinstance(cores, int) else "")
+
+
+def allowed_detail(r: Result) -> str:
+    """What an admitted result got: its node, GPUs, memory, cores and link topology, each only when known."""
+    alloc = r.allocation
+    if alloc is None:  # admitted without an allocation: the webhook's own words, never an empty slot
+        return f"no GPU allocated ({r.reason}: {r.message})" if r.message else f"no GPU allocated ({r.reason})"
+    if r.replicas > 1:
+        return f"{r.message}; {slice_text(alloc)} each"
+    if alloc.get("mig"):  # MIG devices: the scheduler picks among the nodes offering the profile
+        return f"on a node offering nvidia.com/mig-{alloc['mig']}, {slice_text(alloc)}"
+    where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
+    topology = f", {alloc['topology']}" if alloc.get("topology") else ""
+    return f"{where}, {slice_text(alloc)}{topology}"
+
+
+def verdict_of(r: Result) -> tuple[str, str]:
+    """("ALLOW", detail), ("DENY", detail), ("SKIP", reason) or ("ERROR", message) of one result."""
+    if r.error:
+        where = f"field {r.error_field}: " if r.error_field else ""
+        return "ERROR", where + r.message
+    if r.skipped:
+        return "SKIP", r.message
+    if not r.managed:
+        return "ALLOW", f"namespace {r.namespace} is not managed: unchanged"
+    if r.reason == "not-gpu-pod":
+        return "ALLOW", "asks for no GPU: unchanged"
+    if r.allowed and r.group == "resource.k8s.io":  # a claim: its GPUs count when a pod uses it
+        return "ALLOW", r.message or "asks for no GPU"
+    if r.allowed:
+        return "ALLOW", allowed_detail(r)
+    return "DENY", f"{r.code} {r.reason}: {r.message}"
+
+
 def render_text(results: Sequence[Result], verbose: bool) -> str:
     lines = []
     for r in results:
+        verdict, detail = verdict_of(r)
         if r.error:
-            where = f"field {r.error_field}: " if r.error_field else ""
             head = f"{target(r)}: " if r.kind else ""
-            lines.append(f"ERROR  {head}{where}{r.message}  [{r.source}]")
+            lines.append(f"ERROR  {head}{detail}  [{r.source}]")
             continue
-        if r.skipped:
-            lines.append(f"SKIP   {target(r)}: {r.message}  [{r.source}]")
-            continue
-        if not r.managed:
-            verdict, detail = "ALLOW", f"namespace {r.namespace} is not managed: unchanged"
-        elif r.reason == "not-gpu-pod":
-            verdict, detail = "ALLOW", "asks for no GPU: unchanged"
-        elif r.allowed and r.group == "resource.k8s.io":  # a claim: its GPUs count when a pod uses it
-            verdict, detail = "ALLOW", r.message or "asks for no GPU"
-        elif r.allowed:
-            alloc = r.allocation or {}
-            where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
-            gpus = f"{alloc.get('gpuCount', 0)} GPU" + ("s" if alloc.get("gpuCount", 0) != 1 else "")
-            detail = f"{where}, {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}%, {alloc.get('topology')}"
-            if alloc.get("mig"):  # MIG devices: the scheduler picks among the nodes offering the profile
-                detail = (f"on a node offering nvidia.com/mig-{alloc['mig']}, {alloc.get('gpuCount', 0)} MIG "
-                          f"device(s) x {alloc.get('memoryMiB')} MiB")
-            if r.replicas > 1:
-                detail = f"{r.message}; {gpus} x {alloc.get('memoryMiB')} MiB/{alloc.get('cores')}% each"
-            verdict = "ALLOW"
-        else:
-            verdict, detail = "DENY", f"{r.code} {r.reason}: {r.message}"
         lines.append(f"{verdict:<6} {target(r)}: {detail}  [{r.source}]")
+        if r.skipped:
+            continue
         lines.extend(f"       note: {n}" for n in r.notes)
-        lines.extend(f"       warning: {w}" for w in r.warnings)
+        lines.extend(f"       warning: {w}" for w in warnings_of(r))
         if verbose and r.patch:
             lines.extend("       " + json.dumps(op, sort_keys=True) for op in r.patch)
-    s = summary(results)
-    errors = f", {s['errors']} input error" + ("s" if s["errors"] != 1 else "") if s["errors"] else ""
-    lines.append(f"{s['allowed']} allowed, {s['denied']} denied{errors}, {s['skipped']} skipped")
+    lines.append(summary_line(results))
     return "\n".join(lines)
 
 
+def summary_line(results: Sequence[Result]) -> str:
+    s = summary(results)
+    errors = f", {_plural(s['errors'], 'input error')}" if s["errors"] else ""
+    return f"{s['allowed']} allowed, {s['denied']} denied{errors}, {s['skipped']} skipped"
+
+
+def warnings_of(r: Result) -> list[str]:
+    """Each warning with the workload it concerns, and for a workload of several pods the pods that drew it:
+    "Deployment ml/web (pods 2-3 of 3): ..."."""
+    out = []
+    for warning in r.warnings:
+        who = target(r)
+        pods = r.warning_pods.get(warning)
+        if r.replicas > 1 and pods and len(pods) < r.replicas:
+            who += f" ({_pods_text(pods, r.replicas)})"
+        out.append(f"{who}: {warning}")
+    return out
+
+
+def _pods_text(pods: Sequence[int], total: int) -> str:
+    """1-based pod numbers -> "pod 2 of 3", "pods 2-3 of 3", "pods 1, 3 of 4"."""
+    if len(pods) == 1:
+        return f"pod {pods[0]} of {total}"
+    if list(pods) == list(range(pods[0], pods[-1] + 1)):
+        return f"pods {pods[0]}-{pods[-1]} of {total}"
+    return f"pods {', '.join(map(str, pods))} of {total}"
+
+
+def report_data(results: Sequence[Result]) -> dict[str, Any]:
+    """The results and their summary, as -o json and -o yaml write them."""
+    return {"results": [r.to_json() for r in results], "summary": summary(results)}
+
+
 def render_json(results: Sequence[Result]) -> str:
-    return json.dumps({"results": [r.to_json() for r in results], "summary": summary(results)}, indent=2)
+    return json.dumps(report_data(results), indent=2)
+
+
+def render_yaml(results: Sequence[Result]) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(report_data(results), sort_keys=False, default_flow_style=False)).rstrip("\n")
+
+
+TABLE_COLUMNS = ("RESULT", "KIND", "NAMESPACE", "NAME", "PODS", "NODE", "GPUS", "MEMORY", "CORES", "REASON",
+                 "WARNINGS", "SOURCE")
+
+
+def table_row(r: Result) -> tuple[str, ...]:
+    """One result as -o table shows it: "<none>" where a column does not apply, as kubectl writes it."""
+    from webhook.workloads import display_kind
+
+    none = "<none>"
+    verdict, _ = verdict_of(r)
+    alloc = r.allocation if r.allowed and r.managed else None
+    alloc = alloc or {}
+    node = ",".join(sorted(set(r.nodes))) if r.nodes else str(alloc.get("node") or none)
+    count = alloc.get("gpuCount")
+    gpus = (f"{count}x{alloc['mig']}" if alloc.get("mig") else str(count)) if isinstance(count, int) else none
+    memory = _memory(alloc.get("memoryMiB")).replace("memory unknown", "unknown").replace(" ", "") if alloc else none
+    cores = f"{alloc['cores']}%" if isinstance(alloc.get("cores"), int) and not alloc.get("mig") else none
+    kind = (display_kind(r.group, r.kind) if r.group else r.kind) or none
+    name = (r.name or none) + (f":{r.role}" if r.role else "")
+    reason = "not-managed" if not r.managed and not r.error and not r.skipped else r.reason or none
+    return (verdict, kind.replace(" ", ""), r.namespace or none, name, str(r.replicas), node, gpus, memory, cores,
+            reason, str(len(r.warnings)), r.source)
+
+
+def render_table(results: Sequence[Result]) -> str:
+    """Columns as `kubectl get` prints them, then the summary line; the messages are in -o text."""
+    rows = [TABLE_COLUMNS, *(table_row(r) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join([*lines, summary_line(results)])
 
 
 def render_junit(results: Sequence[Result]) -> str:

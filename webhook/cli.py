@@ -38,7 +38,7 @@ examples:
   kubectl get nodes,namespaces,resourcequotas -o yaml > cluster.yaml
   helm template chart/ | gpu-admission check --cluster cluster.yaml -o junit -
   gpu-admission check --kubeconfig ~/.kube/config --fail-on-warn -o table job.yaml""",
-    "serve": f"""\
+    "serve": """\
 exit codes:
   0    stopped
   2    bad input: a file, document, field or option to fix (named in the message)
@@ -57,7 +57,7 @@ examples:
   gpu-admission certs --service gpu-admission --namespace gpu-admission --out certs/
   gpu-admission certs --service gpu-admission --namespace gpu-admission \\
       --secret gpu-admission-tls --patch-webhook gpu-admission""",
-    "agent": f"""\
+    "agent": """\
 exit codes:
   0    done (--once), or stopped
   1    discovery or publishing failed (with --once)

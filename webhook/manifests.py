@@ -126,7 +126,7 @@ def _yaml_error(text: str, name: str) -> UserError:
             done += 1
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        line = f": line {mark.line + 1}" if mark is not None else ""
+        line = f": line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         return UserError(f"{where(name, done)}{line}: invalid YAML: {problem}")
     return UserError(f"{name}: invalid YAML")
@@ -165,7 +165,7 @@ def _parse_yaml_leniently(text: str, name: str, problems: list[Problem]) -> list
                 problem, line = "invalid YAML", ""
             except yaml.YAMLError as err:
                 mark = getattr(err, "problem_mark", None)
-                line = f"line {first_line + mark.line + 1}: " if mark is not None else ""
+                line = f"line {first_line + mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
                 problem = f"invalid YAML: {getattr(err, 'problem', None) or str(err).splitlines()[0]}"
             message = line + problem
             problems.append(Problem(f"{name}:{index}", "", message, f"{where(name, index)}: {message}", index=index))
@@ -184,10 +184,10 @@ def parse_text(text: str, name: str, problems: list[Problem] | None = None) -> l
         try:
             raw.append((0, json.loads(text)))
         except json.JSONDecodeError as err:
-            error = UserError(f"{name}: line {err.lineno}: invalid JSON: {err.msg}")
+            message = f"line {err.lineno}, column {err.colno}: invalid JSON: {err.msg}"
+            error = UserError(f"{name}: {message}")
             if problems is None:
                 raise error from None
-            message = f"line {err.lineno}: invalid JSON: {err.msg}"
             problems.append(Problem(name, "", message, str(error)))
             return []
     else:

@@ -148,7 +148,7 @@ def test_bad_yaml_in_cluster_file(tmp_path: Path) -> None:
     path.write_text("kind: Node\nmetadata:\n  name: n\n  labels: {a: b\n")
     with pytest.raises(UserError) as err:
         load_cluster([str(path)])
-    assert str(err.value).startswith(f"{path}: document 0: line 5: invalid YAML: ")
+    assert str(err.value).startswith(f"{path}: document 0: line 5, column 1: invalid YAML: ")
 
 
 # --- the demo cluster -------------------------------------------------------------------------

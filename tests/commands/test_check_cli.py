@@ -182,7 +182,7 @@ def test_stdin_is_read_with_dash(cluster: str, capsys, monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({"m.yaml": "a: [1, 2\n"}, "line 2: invalid YAML: expected ',' or ']', but got '<stream end>'"),
+        ({"m.yaml": "a: [1, 2\n"}, "line 2, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'"),
         ({"m.yaml": "- just\n- a list\n"}, "expected a Kubernetes object (a mapping), got a list"),
     ],
 )

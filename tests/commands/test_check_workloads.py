@@ -102,7 +102,7 @@ def test_mixed_file_text(cluster: str, capsys) -> None:
     assert by_line(out) == [
         "ALLOW  Pod ml/ok: node h100-0, 1 GPU x 81559 MiB/100%, single",
         "ERROR  Deployment ml/bad-count: field spec.replicas: expected a whole number >= 0, got 'three'",
-        "ERROR  line 31: invalid YAML: expected ',' or ']', but got '<stream end>'",
+        "ERROR  line 31, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'",
         "ERROR  TrainJob ml/orphan: field spec.runtimeRef: cannot decide: its pods come from ClusterTrainingRuntime "
         "not-given, which is not in the input; pass that runtime's manifest too (its pod templates are in "
         "spec.template.spec.replicatedJobs)",

@@ -238,14 +238,14 @@ def test_directories_are_walked_for_manifest_extensions(tmp_path: Path) -> None:
         (
             "kind: Pod\nmetadata:\n  name: [a\n",
             "bad.yaml",
-            "bad.yaml: document 0: line 4: invalid YAML: expected ',' or ']', but got '<stream end>'",
+            "bad.yaml: document 0: line 4, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'",
         ),
         (
             "kind: Pod\n---\nkind: Pod\n  name: x\n",
             "bad.yaml",
-            "bad.yaml: document 1: line 4: invalid YAML: mapping values are not allowed here",
+            "bad.yaml: document 1: line 4, column 7: invalid YAML: mapping values are not allowed here",
         ),
-        ('{"kind": "Pod",\n "x": }', "bad.json", "bad.json: line 2: invalid JSON: Expecting value"),
+        ('{"kind": "Pod",\n "x": }', "bad.json", "bad.json: line 2, column 7: invalid JSON: Expecting value"),
         (
             "- a\n- b\n",
             "list.yaml",

@@ -102,8 +102,8 @@ def _note_unknown_memory(results: list[Result], snapshot: Any) -> None:
             source = ("it has no nvidia.com/gpu.memory label (GPU Feature Discovery sets it) and no GPUInventory "
                       "(`gpu-admission agent` publishes one)" if node.vendor == "nvidia" else
                       "it advertises no GPU memory resource and has no GPUInventory")
-            r.warnings.append(f"node {name}: the memory of its GPUs is unknown, so GPU memory is neither sized nor "
-                              f"limited there: {source}")
+            r.warnings.append(f"node {name}: the memory of its GPUs is unknown, so no GPU memory request can be "
+                              f"checked against it: {source}")
 
 
 def _note_open_groups(results: list[Result], snapshot: Any) -> None:

@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        sp = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOGS.get(name),
-                            formatter_class=_HelpFormatter)
+        sp = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=EPILOGS.get(name), formatter_class=_HelpFormatter
+        )
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:  # a missing optional part must not take the other commands down
@@ -133,8 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
-    sp = sub.add_parser("version", help="print the version", description="print the version",
-                        epilog=EPILOGS["version"], formatter_class=_HelpFormatter)
+    sp = sub.add_parser(
+        "version",
+        help="print the version",
+        description="print the version",
+        epilog=EPILOGS["version"],
+        formatter_class=_HelpFormatter,
+    )
     sp.set_defaults(_run=_print_version)
     return parser
 

@@ -145,8 +145,10 @@ def _chunks(text: str) -> list[tuple[int, int, str]]:
     chunks: list[tuple[int, int, str]] = []
     index = 0
     for position, (offset, piece) in enumerate(pieces):
-        if position == 0 and starts and not any(
-            line.strip() and not line.lstrip().startswith(("#", "%")) for line in piece.splitlines()
+        if (
+            position == 0
+            and starts
+            and not any(line.strip() and not line.lstrip().startswith(("#", "%")) for line in piece.splitlines())
         ):
             continue  # comments before the first `---` are no document
         chunks.append((index, text.count("\n", 0, offset), piece))
@@ -217,9 +219,7 @@ def _objects(name: str, index: int, data: Any) -> list[Document]:
     if not isinstance(data, Mapping):
         raise at.error("", f"expected a Kubernetes object (a mapping), got {_kind_of(data)}")
     if data.get("kind") == "List" or (
-        isinstance(data.get("kind"), str)
-        and str(data["kind"]).endswith("List")
-        and isinstance(data.get("items"), list)
+        isinstance(data.get("kind"), str) and str(data["kind"]).endswith("List") and isinstance(data.get("items"), list)
     ):
         items = data.get("items")
         if items is None:

@@ -207,7 +207,11 @@ def test_missing_file_exits_2_and_the_other_files_are_still_decided(tmp_path: Pa
     assert code == 2
     first, second = report["results"]
     assert (first["source"], first["error"], first["message"], first["field"]) == (
-        missing, True, "no such file or directory", "")
+        missing,
+        True,
+        "no such file or directory",
+        "",
+    )
     assert second["allowed"] is True and second["name"] == "fine"
     assert report["summary"] == {"allowed": 1, "denied": 0, "skipped": 0, "errors": 1}
 

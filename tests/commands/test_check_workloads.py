@@ -21,7 +21,8 @@ PUBLIC = ROOT / "tests" / "fixtures" / "workloads" / "public"
 
 
 def cluster_text(quota: int) -> str:
-    nodes = "".join(textwrap.dedent(f"""
+    nodes = "".join(
+        textwrap.dedent(f"""
         - apiVersion: v1
           kind: Node
           metadata:
@@ -30,8 +31,13 @@ def cluster_text(quota: int) -> str:
                      nvidia.com/gpu.count: "8"}}
           status:
             allocatable: {{cpu: "200", memory: 2000Gi, nvidia.com/gpu: "8"}}
-    """) for i in range(4))
-    return "apiVersion: v1\nkind: List\nitems:\n" + nodes + textwrap.dedent(f"""
+    """)
+        for i in range(4)
+    )
+    return (
+        "apiVersion: v1\nkind: List\nitems:\n"
+        + nodes
+        + textwrap.dedent(f"""
         - apiVersion: v1
           kind: Namespace
           metadata: {{name: ml, labels: {{gpu-admission.io/enabled: "true"}}}}
@@ -43,6 +49,7 @@ def cluster_text(quota: int) -> str:
           metadata: {{name: gpus, namespace: ml}}
           spec: {{hard: {{requests.nvidia.com/gpu: "{quota}"}}}}
     """)
+    )
 
 
 @pytest.fixture()
@@ -88,8 +95,10 @@ def test_volcano_job_is_decided_not_an_abort(cluster: str, capsys) -> None:
     report = json.loads(out)
     assert code == 0
     assert [(r["kind"], r["group"], r["name"], r["role"], r["replicas"]) for r in report["results"]] == [
-        ("Job", "batch.volcano.sh", "tf-dist", "ps", 1), ("Job", "batch.volcano.sh", "tf-dist", "worker", 3),
-        ("Job", "batch", "eval", "", 2)]
+        ("Job", "batch.volcano.sh", "tf-dist", "ps", 1),
+        ("Job", "batch.volcano.sh", "tf-dist", "worker", 3),
+        ("Job", "batch", "eval", "", 2),
+    ]
     assert report["results"][1]["allocation"]["gpuCount"] == 2
 
 
@@ -135,17 +144,23 @@ def test_mixed_file_junit(cluster: str, capsys) -> None:
     assert code == 2
     counts = (suite.get("tests"), suite.get("errors"), suite.get("failures"), suite.get("skipped"))
     assert counts == ("7", "3", "0", "2")
-    errors = [(c.get("name"), c.find("error").get("type"), c.find("error").text)
-              for c in suite.findall("testcase") if c.find("error") is not None]
-    assert errors[0] == ("Deployment ml/bad-count", "input-error",
-                         "field spec.replicas: expected a whole number >= 0, got 'three'")
+    errors = [
+        (c.get("name"), c.find("error").get("type"), c.find("error").text)
+        for c in suite.findall("testcase")
+        if c.find("error") is not None
+    ]
+    assert errors[0] == (
+        "Deployment ml/bad-count",
+        "input-error",
+        "field spec.replicas: expected a whole number >= 0, got 'three'",
+    )
     assert errors[1][0] == f"{MIXED}:2" and errors[2][0] == "TrainJob ml/orphan"
 
 
-def test_a_gpu_workload_of_an_unknown_kind_is_found_by_walking_and_denied(tmp_path: Path, cluster: str,
-                                                                          capsys) -> None:
+def test_a_gpu_workload_of_an_unknown_kind_is_found_by_walking_and_denied(tmp_path: Path, cluster: str, capsys) -> None:
     manifest = tmp_path / "crd.yaml"
-    manifest.write_text(textwrap.dedent("""
+    manifest.write_text(
+        textwrap.dedent("""
         apiVersion: serving.example.com/v1
         kind: ModelServer
         metadata: {name: huge, namespace: ml}
@@ -155,7 +170,8 @@ def test_a_gpu_workload_of_an_unknown_kind_is_found_by_walking_and_denied(tmp_pa
               spec:
                 containers:
                 - {name: c, image: vllm, resources: {limits: {nvidia.com/gpu: 16}}}
-    """))
+    """)
+    )
     code, out = check(capsys, "--cluster", cluster, "-o", "json", str(manifest))
     [result] = json.loads(out)["results"]
     assert code == 1
@@ -165,7 +181,8 @@ def test_a_gpu_workload_of_an_unknown_kind_is_found_by_walking_and_denied(tmp_pa
 
 def test_kube_system_is_never_managed_even_when_labelled(tmp_path: Path, cluster: str, capsys) -> None:
     manifest = tmp_path / "ks.yaml"
-    manifest.write_text(textwrap.dedent("""
+    manifest.write_text(
+        textwrap.dedent("""
         apiVersion: apps/v1
         kind: Deployment
         metadata: {name: idle, namespace: kube-system}
@@ -178,17 +195,21 @@ def test_kube_system_is_never_managed_even_when_labelled(tmp_path: Path, cluster
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: cm, namespace: kube-system}
-    """))
+    """)
+    )
     code, out = check(capsys, "--cluster", cluster, "-o", "json", str(manifest))
     results = json.loads(out)["results"]
     assert code == 0
     assert [(r["kind"], r["namespace"], r["managed"]) for r in results] == [
-        ("Deployment", "kube-system", False), ("ConfigMap", "kube-system", False)]
+        ("Deployment", "kube-system", False),
+        ("ConfigMap", "kube-system", False),
+    ]
 
 
 def test_zero_replicas_still_decides_one_pod_uncounted(tmp_path: Path, cluster: str, capsys) -> None:
     manifest = tmp_path / "z.yaml"
-    manifest.write_text(textwrap.dedent("""
+    manifest.write_text(
+        textwrap.dedent("""
         apiVersion: apps/v1
         kind: Deployment
         metadata: {name: later, namespace: ml}
@@ -197,7 +218,8 @@ def test_zero_replicas_still_decides_one_pod_uncounted(tmp_path: Path, cluster: 
           template:
             spec:
               containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: 16}}}]
-    """))
+    """)
+    )
     code, out = check(capsys, "--cluster", cluster, "-o", "json", str(manifest))
     [result] = json.loads(out)["results"]
     assert code == 1 and result["replicas"] == 0
@@ -209,8 +231,10 @@ def test_trainjob_and_its_runtime_decided_together(cluster: str, capsys) -> None
     results = json.loads(out)["results"]
     assert code == 0
     assert [(r["kind"], r["role"], r["replicas"], r["skipped"]) for r in results] == [
-        ("ClusterTrainingRuntime", "", 0, True), ("TrainJob", "model-initializer", 1, False),
-        ("TrainJob", "node", 3, False)]
+        ("ClusterTrainingRuntime", "", 0, True),
+        ("TrainJob", "model-initializer", 1, False),
+        ("TrainJob", "node", 3, False),
+    ]
     assert results[0]["namespace"] == "" and results[2]["allocation"]["gpuCount"] == 2
 
 
@@ -223,15 +247,19 @@ def test_decided_pods_carry_their_controllers_labels(cluster: str, capsys, monke
         return real(pod, *args, **kwargs)
 
     monkeypatch.setattr(admit, "mutate", spy)
-    code, _ = check(capsys, "--cluster", cluster, str(WRITTEN / "pytorchjob-train.yaml"),
-                    str(WRITTEN / "kserve-model-and-lws.yaml"))
+    code, _ = check(
+        capsys, "--cluster", cluster, str(WRITTEN / "pytorchjob-train.yaml"), str(WRITTEN / "kserve-model-and-lws.yaml")
+    )
     assert code == 0
     workers = [m for m in seen if m["labels"].get("training.kubeflow.org/replica-type") == "worker"]
     assert [m["labels"]["training.kubeflow.org/replica-index"] for m in workers] == ["0", "1", "2", "3"]
     assert {m["name"] for m in workers} == {"train-worker-0", "train-worker-1", "train-worker-2", "train-worker-3"}
     lws = "leaderworkerset.sigs.k8s.io/"
-    mesh = [(m["labels"][lws + "group-index"], m["labels"][lws + "worker-index"])
-            for m in seen if m["labels"].get(lws + "name") == "mesh"]
+    mesh = [
+        (m["labels"][lws + "group-index"], m["labels"][lws + "worker-index"])
+        for m in seen
+        if m["labels"].get(lws + "name") == "mesh"
+    ]
     assert mesh == [("0", "0"), ("0", "1"), ("0", "2"), ("1", "0"), ("1", "1"), ("1", "2")]
     predictor = next(m for m in seen if m["labels"].get("component") == "predictor")
     assert predictor["labels"]["serving.kserve.io/inferenceservice"] == "llama"
@@ -245,7 +273,11 @@ def test_public_workloads_are_all_looked_at(capsys) -> None:
     assert code == 2
     assert report["summary"]["errors"] == 1
     assert {r["kind"] for r in report["results"] if r["skipped"]} == {
-        "ConfigMap", "Secret", "Service", "ClusterTrainingRuntime"}
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "ClusterTrainingRuntime",
+    }
     decided = [r for r in report["results"] if not r["skipped"] and not r["error"]]
     assert len(decided) == 46 and sum(r["replicas"] for r in decided) == 78  # as test_workloads.py lists
 
@@ -276,6 +308,8 @@ def test_a_pod_the_core_fails_on_is_an_error_result_not_a_crash(cluster: str, ca
     master, worker = json.loads(out)["results"]
     assert code == 2
     assert (master["error"], master["field"], master["message"]) == (
-        True, "spec.pytorchReplicaSpecs.Master.template",
-        "could not be decided: internal error (TypeError: unhashable type: 'dict')")
+        True,
+        "spec.pytorchReplicaSpecs.Master.template",
+        "could not be decided: internal error (TypeError: unhashable type: 'dict')",
+    )
     assert worker["allowed"] is True and worker["replicas"] == 4

@@ -65,8 +65,10 @@ def load_cluster(paths: Sequence[str]) -> list[dict[str, Any]]:
     return cluster_objects(load_documents(paths))
 
 
-HOW_TO_WRITE = ("write one with `gpu-admission snapshot -o cluster.yaml`, or "
-                "`kubectl get nodes,namespaces,resourcequotas -o yaml > cluster.yaml`")
+HOW_TO_WRITE = (
+    "write one with `gpu-admission snapshot -o cluster.yaml`, or "
+    "`kubectl get nodes,namespaces,resourcequotas -o yaml > cluster.yaml`"
+)
 
 
 def read_cluster(paths: Sequence[str], need_namespaces: bool = True) -> list[dict[str, Any]]:
@@ -76,27 +78,34 @@ def read_cluster(paths: Sequence[str], need_namespaces: bool = True) -> list[dic
     cluster in which no pod is ever managed."""
     for path in paths:
         if not any(True for _ in expand_paths([path])):
-            raise UserError(f"--cluster {path}: no {', '.join('*' + e for e in EXTENSIONS)} files in this "
-                            f"directory; {HOW_TO_WRITE}")
+            raise UserError(
+                f"--cluster {path}: no {', '.join('*' + e for e in EXTENSIONS)} files in this directory; {HOW_TO_WRITE}"
+            )
     documents = load_documents(paths)
     for doc in documents:
         kind = doc.data.get("kind")
         if not isinstance(kind, str) or not kind:
             what = "no kind" if kind is None else f"kind is {kind!r}, not a name"
-            raise doc.error("kind", f"{what}: this is not a Kubernetes object; --cluster reads Node, Namespace, "
-                            f"ResourceQuota, Pod and GPUInventory objects ({HOW_TO_WRITE})")
+            raise doc.error(
+                "kind",
+                f"{what}: this is not a Kubernetes object; --cluster reads Node, Namespace, "
+                f"ResourceQuota, Pod and GPUInventory objects ({HOW_TO_WRITE})",
+            )
     objects = cluster_objects(documents)
     files = ", ".join(paths)
     found = sorted({str(doc.data["kind"]) for doc in documents})
     seen = f"found only {', '.join(found)}" if found else "found no objects"
     kinds = {obj.get("kind") for obj in objects}
     if "Node" not in kinds:
-        raise UserError(f"--cluster {files}: no Node objects ({seen}): without them no pod can be placed; "
-                        f"{HOW_TO_WRITE}")
+        raise UserError(
+            f"--cluster {files}: no Node objects ({seen}): without them no pod can be placed; {HOW_TO_WRITE}"
+        )
     if need_namespaces and "Namespace" not in kinds:
-        raise UserError(f"--cluster {files}: no Namespace objects: without them no namespace is managed and every "
-                        "pod is let through unchanged; add the Namespaces (labelled gpu-admission.io/enabled: "
-                        "\"true\" where the webhook manages pods), or set managedNamespaces: all in --policy")
+        raise UserError(
+            f"--cluster {files}: no Namespace objects: without them no namespace is managed and every "
+            "pod is let through unchanged; add the Namespaces (labelled gpu-admission.io/enabled: "
+            '"true" where the webhook manages pods), or set managedNamespaces: all in --policy'
+        )
     return objects
 
 
@@ -128,8 +137,11 @@ def with_manifest_claims(snapshot: Snapshot, documents: Sequence[Any], default_n
         found[str(data["kind"])][key] = claim
     if not found["ResourceClaim"] and not found["ResourceClaimTemplate"]:
         return snapshot
-    return replace(snapshot, claims={**snapshot.claims, **found["ResourceClaim"]},
-                   claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]})
+    return replace(
+        snapshot,
+        claims={**snapshot.claims, **found["ResourceClaim"]},
+        claim_templates={**snapshot.claim_templates, **found["ResourceClaimTemplate"]},
+    )
 
 
 def with_manifest_config_maps(snapshot: Snapshot, documents: Sequence[Any], default_namespace: str) -> Snapshot:

@@ -21,20 +21,33 @@ OUTPUTS = ("text", "table", "json", "yaml", "junit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="manifest files or directories (*.yaml, *.yml, *.json), or - for stdin")
-    parser.add_argument("--cluster", action="append", default=[], metavar="PATH",
-                        help="cluster objects (Nodes, Namespaces, ResourceQuotas, Pods, GPUInventories); "
-                             "repeatable; default: the embedded demo cluster")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="manifest files or directories (*.yaml, *.yml, *.json), or - for stdin"
+    )
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="cluster objects (Nodes, Namespaces, ResourceQuotas, Pods, GPUInventories); "
+        "repeatable; default: the embedded demo cluster",
+    )
     parser.add_argument("--kubeconfig", metavar="FILE", help="read the cluster state from a live cluster instead")
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: built-in defaults)")
-    parser.add_argument("-n", "--namespace", default="default",
-                        help="namespace for manifests that do not set one (default: default)")
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text",
-                        help="text (default), table (one row per workload), json, yaml or junit")
-    parser.add_argument("--fail-on-warn", action="store_true",
-                        help="exit 1 when any warning is printed, even if every pod is admitted")
+    parser.add_argument(
+        "-n", "--namespace", default="default", help="namespace for manifests that do not set one (default: default)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="text",
+        help="text (default), table (one row per workload), json, yaml or junit",
+    )
+    parser.add_argument(
+        "--fail-on-warn", action="store_true", help="exit 1 when any warning is printed, even if every pod is admitted"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="text output: show each patch")
 
 
@@ -56,32 +69,71 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
     from webhook.workloads import ClaimObject, Problem, Skipped, is_cluster_scoped
 
     results: list[Result] = []
-    lws_sizes = {(w.source, w.name): w.group_size + 1 for w in workloads
-                 if getattr(w, "family", "") == "lws" and getattr(w, "role", "") == "worker"}
+    lws_sizes = {
+        (w.source, w.name): w.group_size + 1
+        for w in workloads
+        if getattr(w, "family", "") == "lws" and getattr(w, "role", "") == "worker"
+    }
     for item in workloads:
         if isinstance(item, Problem):
             scoped = not item.kind or is_cluster_scoped(None, item.kind)
             namespace = item.namespace or ("" if scoped else default_namespace)
-            results.append(Result(item.source, item.kind, item.name, namespace, managed=False,
-                                  allowed=False, code=0, reason="input-error", message=item.message, replicas=0,
-                                  error=True, error_field=item.field))
+            results.append(
+                Result(
+                    item.source,
+                    item.kind,
+                    item.name,
+                    namespace,
+                    managed=False,
+                    allowed=False,
+                    code=0,
+                    reason="input-error",
+                    message=item.message,
+                    replicas=0,
+                    error=True,
+                    error_field=item.field,
+                )
+            )
         elif isinstance(item, ClaimObject):
             results.append(_decide_claim(item, snapshot, policy, item.namespace or default_namespace))
         elif isinstance(item, Skipped):
             namespace = "" if item.cluster_scoped else item.namespace or default_namespace
             managed = bool(namespace) and scope.is_managed(namespace, snapshot, policy)
-            results.append(Result(item.source, item.kind, item.name, namespace, managed=managed, skipped=True,
-                                  reason="skipped", message=item.reason, replicas=0))
+            results.append(
+                Result(
+                    item.source,
+                    item.kind,
+                    item.name,
+                    namespace,
+                    managed=managed,
+                    skipped=True,
+                    reason="skipped",
+                    message=item.reason,
+                    replicas=0,
+                )
+            )
         else:
             namespace = item.namespace or default_namespace
             try:
-                result, snapshot = _decide(item, snapshot, policy, namespace,
-                                           lws_sizes.get((item.source, item.name), 1))
+                result, snapshot = _decide(
+                    item, snapshot, policy, namespace, lws_sizes.get((item.source, item.name), 1)
+                )
             except Exception as err:  # noqa: BLE001 - one pod the core chokes on must not end the run
-                result = Result(item.source, item.kind, item.name, namespace, managed=False, allowed=False,
-                                code=500, reason="input-error", role=item.role, replicas=item.replicas,
-                                message=f"could not be decided: internal error ({type(err).__name__}: {err})",
-                                error=True, error_field=item.template_path.lstrip("/").replace("/", "."))
+                result = Result(
+                    item.source,
+                    item.kind,
+                    item.name,
+                    namespace,
+                    managed=False,
+                    allowed=False,
+                    code=500,
+                    reason="input-error",
+                    role=item.role,
+                    replicas=item.replicas,
+                    message=f"could not be decided: internal error ({type(err).__name__}: {err})",
+                    error=True,
+                    error_field=item.template_path.lstrip("/").replace("/", "."),
+                )
             results.append(result)
     _note_open_groups(results, snapshot)
     _note_unknown_memory(results, snapshot)
@@ -99,11 +151,16 @@ def _note_unknown_memory(results: list[Result], snapshot: Any) -> None:
             node = snapshot.nodes.get(name)
             if node is None or not node.gpus or any(g.memory_mib for g in node.gpus):
                 continue
-            source = ("it has no nvidia.com/gpu.memory label (GPU Feature Discovery sets it) and no GPUInventory "
-                      "(`gpu-admission agent` publishes one)" if node.vendor == "nvidia" else
-                      "it advertises no GPU memory resource and has no GPUInventory")
-            r.warnings.append(f"node {name}: the memory of its GPUs is unknown, so no GPU memory request can be "
-                              f"checked against it: {source}")
+            source = (
+                "it has no nvidia.com/gpu.memory label (GPU Feature Discovery sets it) and no GPUInventory "
+                "(`gpu-admission agent` publishes one)"
+                if node.vendor == "nvidia"
+                else "it advertises no GPU memory resource and has no GPUInventory"
+            )
+            r.warnings.append(
+                f"node {name}: the memory of its GPUs is unknown, so no GPU memory request can be "
+                f"checked against it: {source}"
+            )
 
 
 def _note_open_groups(results: list[Result], snapshot: Any) -> None:
@@ -119,7 +176,8 @@ def _note_open_groups(results: list[Result], snapshot: Any) -> None:
         entries[0][0].notes.append(
             f"group {key}: its pods state no size, so the webhook's first pod chooses a domain with room for "
             f"{minimum} pod{'s' if minimum != 1 else ''}, not all {len(record.members)}; annotate its pod templates "
-            f"with gpu-admission.io/group-size: \"{len(record.members)}\" to have the whole group placed together")
+            f'with gpu-admission.io/group-size: "{len(record.members)}" to have the whole group placed together'
+        )
 
 
 def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Result:
@@ -128,10 +186,20 @@ def _decide_claim(item: Any, snapshot: Any, policy: Any, namespace: str) -> Resu
     from webhook.workloads.claims import admission_request
 
     decision = check_claim_object(admission_request(item, namespace), snapshot, policy)
-    return Result(item.source, item.kind, item.name, namespace, managed=decision.managed,
-                  allowed=decision.allowed, code=decision.code if not decision.allowed else 200,
-                  message=decision.message, reason=decision.reason, replicas=0, group="resource.k8s.io",
-                  warnings=list(decision.warnings))
+    return Result(
+        item.source,
+        item.kind,
+        item.name,
+        namespace,
+        managed=decision.managed,
+        allowed=decision.allowed,
+        code=decision.code if not decision.allowed else 200,
+        message=decision.message,
+        reason=decision.reason,
+        replicas=0,
+        group="resource.k8s.io",
+        warnings=list(decision.warnings),
+    )
 
 
 def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int = 1) -> tuple[Result, Any]:
@@ -147,8 +215,17 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
     from webhook.core.podspec import workload as controllers
     from webhook.core.podspec.record import allocation_to_json
 
-    result = Result(item.source, item.kind, item.name, namespace, replicas=item.replicas, role=item.role,
-                    notes=list(item.notes), walked=item.walked, group=item.group)
+    result = Result(
+        item.source,
+        item.kind,
+        item.name,
+        namespace,
+        replicas=item.replicas,
+        role=item.role,
+        notes=list(item.notes),
+        walked=item.walked,
+        group=item.group,
+    )
     owner_kind, owner_name = item.controller
     pods = max(item.replicas, 1)
     for replica in range(pods):
@@ -162,8 +239,10 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             meta["name"] = f"{str(base).rstrip('-')}-{suffix if item.role else replica}"
         if item.family:  # the labels the workload's controller sets on each pod it creates
             labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-            meta["labels"] = {**labels, **controllers.pod_labels(
-                item.family, owner_kind, owner_name, item.role, replica, item.group_size)}
+            meta["labels"] = {
+                **labels,
+                **controllers.pod_labels(item.family, owner_kind, owner_name, item.role, replica, item.group_size),
+            }
             _add_group_size(meta, item, lws_size)
         pod["metadata"] = meta
         name = str(meta.get("name") or base)  # a Pod with only generateName: named by its prefix
@@ -175,8 +254,9 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             decision = admit.validate(patched, snapshot, policy, namespace=namespace)
             if item.replicas and decision.allowed:  # as the ledger records it between the replicas
                 decision, snapshot = _join_group(patched, namespace, decision, snapshot, name)
-        result.pods.append(_pod_entry(name, decision if decision.allocation else mutated, decision,
-                                      snapshot, pod, namespace))
+        result.pods.append(
+            _pod_entry(name, decision if decision.allocation else mutated, decision, snapshot, pod, namespace)
+        )
         if replica == 0:
             result.managed = mutated.managed
             result.patch = [dict(op) for op in mutated.patch]
@@ -252,16 +332,22 @@ def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot:
     if ref is None:
         return decision, snapshot
     level, value = split_domain(allocation.domain)
-    outcome = commit(snapshot.groups, ref, level, value, allocation.gpu_count, member,
-                     free=domain_free(snapshot, allocation.domain))
+    outcome = commit(
+        snapshot.groups, ref, level, value, allocation.gpu_count, member, free=domain_free(snapshot, allocation.domain)
+    )
     if isinstance(outcome, str):
-        return denied(403, "group-domain-taken", f"{outcome}; the webhook refuses this pod until that group's pods "
-                      "are in", warnings=decision.warnings), snapshot
+        return denied(
+            403,
+            "group-domain-taken",
+            f"{outcome}; the webhook refuses this pod until that group's pods are in",
+            warnings=decision.warnings,
+        ), snapshot
     return decision, replace(snapshot, groups={**snapshot.groups, outcome.key: outcome})
 
 
-def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mapping[str, Any],
-               namespace: str) -> dict[str, Any]:
+def _pod_entry(
+    name: str, placed: Any, decision: Any, snapshot: Any, pod: Mapping[str, Any], namespace: str
+) -> dict[str, Any]:
     """One decided pod for `-o json`: its verdict, allocation and, for a group's pod, its group as the
     webhook reads it from the pod (size stated, or the minimum known) and the domain its node is in (the
     group's own domain, unless the preferred mode placed it outside)."""
@@ -294,7 +380,7 @@ def _pod_entry(name: str, placed: Any, decision: Any, snapshot: Any, pod: Mappin
 
 
 def _domains_text(pods: list[dict[str, Any]]) -> str:
-    """", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise;
+    """ ", all in nvidia.com/gpu.clique=c1" for a group kept whole; ", split over 2 domains" otherwise;
     ", topology left to Kueue TAS" where another system places the group."""
     owners = {p["group"].get("topology", "") for p in pods if "group" in p}
     if len(owners) == 1 and "" not in owners:  # its domain is that system's, not the webhook's
@@ -325,11 +411,20 @@ DEMO_BANNER = (
 )
 DEMO_NOTE = f"{DEMO_CLUSTER}. Pass --cluster or --kubeconfig to decide against your own cluster."
 # The manifests of the source tree's examples/ directory, the ones the demo cluster is made for.
-BUNDLED_EXAMPLES = frozenset({
-    "01-single-gpu.yaml", "02-shared-slice.yaml", "03-nvlink-training.yaml", "04-inference-deployment.yaml",
-    "05-quota-exceeded.yaml", "06-too-many-gpus.yaml", "07-cores-over-100.yaml", "08-isolation-bypass.yaml",
-    "09-unmanaged-namespace.yaml", "10-service.yaml",
-})
+BUNDLED_EXAMPLES = frozenset(
+    {
+        "01-single-gpu.yaml",
+        "02-shared-slice.yaml",
+        "03-nvlink-training.yaml",
+        "04-inference-deployment.yaml",
+        "05-quota-exceeded.yaml",
+        "06-too-many-gpus.yaml",
+        "07-cores-over-100.yaml",
+        "08-isolation-bypass.yaml",
+        "09-unmanaged-namespace.yaml",
+        "10-service.yaml",
+    }
+)
 
 
 def bundled_examples_only(files: Sequence[str]) -> bool:
@@ -338,7 +433,8 @@ def bundled_examples_only(files: Sequence[str]) -> bool:
 
     return bool(files) and all(
         os.path.basename(f) in BUNDLED_EXAMPLES and os.path.basename(os.path.dirname(os.path.abspath(f))) == "examples"
-        for f in files)
+        for f in files
+    )
 
 
 def _no_kind_problems(documents: list[Any]) -> list[Any]:
@@ -372,11 +468,14 @@ def _namespace_warnings(results: list[Result], snapshot: Any, policy: Any, args:
         if args.cluster:
             r.warnings.append(
                 f"namespace {r.namespace} is not in the cluster files ({', '.join(args.cluster)}), so it is treated "
-                f"as not managed: add its Namespace (labelled gpu-admission.io/enabled: \"true\" to manage it), "
-                "check against a namespace they have with -n, or set managedNamespaces: all in --policy")
+                f'as not managed: add its Namespace (labelled gpu-admission.io/enabled: "true" to manage it), '
+                "check against a namespace they have with -n, or set managedNamespaces: all in --policy"
+            )
         else:
-            r.warnings.append(f"namespace {r.namespace} does not exist in the cluster, so it is treated as not "
-                              "managed: create it, or check against an existing one with -n")
+            r.warnings.append(
+                f"namespace {r.namespace} does not exist in the cluster, so it is treated as not "
+                "managed: create it, or check against an existing one with -n"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -424,6 +523,8 @@ def run(args: argparse.Namespace) -> int:
     code = exit_code(results, args.fail_on_warn)
     if args.fail_on_warn and code == EXIT_DENIED and exit_code(results) == EXIT_ALLOWED:
         warned = sum(len(r.warnings) for r in results)
-        print(f"gpu-admission check: {warned} warning{'s' if warned != 1 else ''}, and --fail-on-warn is set",
-              file=sys.stderr)
+        print(
+            f"gpu-admission check: {warned} warning{'s' if warned != 1 else ''}, and --fail-on-warn is set",
+            file=sys.stderr,
+        )
     return code

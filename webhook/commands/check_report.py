@@ -44,11 +44,26 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "kind": self.kind, "name": self.name, "namespace": self.namespace,
-            "group": self.group, "role": self.role, "managed": self.managed, "allowed": self.allowed, "code": self.code,
-            "message": self.message, "reason": self.reason, "replicas": self.replicas, "warnings": self.warnings,
-            "notes": self.notes, "foundBy": "walking" if self.walked else "kind", "patch": self.patch,
-            "allocation": self.allocation, "skipped": self.skipped, "error": self.error, "field": self.error_field,
+            "source": self.source,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "group": self.group,
+            "role": self.role,
+            "managed": self.managed,
+            "allowed": self.allowed,
+            "code": self.code,
+            "message": self.message,
+            "reason": self.reason,
+            "replicas": self.replicas,
+            "warnings": self.warnings,
+            "notes": self.notes,
+            "foundBy": "walking" if self.walked else "kind",
+            "patch": self.patch,
+            "allocation": self.allocation,
+            "skipped": self.skipped,
+            "error": self.error,
+            "field": self.error_field,
             "pods": self.pods,
         }
 
@@ -73,7 +88,7 @@ def summary(results: Sequence[Result]) -> dict[str, int]:
 
 
 def target(r: Result) -> str:
-    """"PyTorchJob ml/train: Worker x4", "Pod team-a/p", "Namespace ml" (cluster-scoped)."""
+    """ "PyTorchJob ml/train: Worker x4", "Pod team-a/p", "Namespace ml" (cluster-scoped)."""
     from webhook.workloads import display_kind
 
     name = r.name or "(unnamed)"
@@ -91,21 +106,22 @@ def _plural(count: int, word: str) -> str:
 
 
 def _memory(value: object) -> str:
-    """"20000 MiB"; a card whose memory the cluster does not state (no label, no inventory): "memory unknown"."""
+    """ "20000 MiB"; a card whose memory the cluster does not state (no label, no inventory): "memory unknown"."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return f"{value} MiB"
     return "memory unknown"
 
 
 def slice_text(alloc: Mapping[str, Any]) -> str:
-    """"1 GPU x 20000 MiB/50%", "2 GPUs x memory unknown/100%": what each pod gets, with nothing unset shown."""
+    """ "1 GPU x 20000 MiB/50%", "2 GPUs x memory unknown/100%": what each pod gets, with nothing unset shown."""
     count = alloc.get("gpuCount")
     count = count if isinstance(count, int) else 0
     if alloc.get("mig"):
         return f"{count} MIG device(s) x {_memory(alloc.get('memoryMiB'))}"
     cores = alloc.get("cores")
     return f"{_plural(count, 'GPU')} x {_memory(alloc.get('memoryMiB'))}" + (
-        f"/{cores}%" if isinstance(cores, int) else "")
+        f"/{cores}%" if isinstance(cores, int) else ""
+    )
 
 
 def allowed_detail(r: Result) -> str:
@@ -202,8 +218,20 @@ def render_yaml(results: Sequence[Result]) -> str:
     return str(yaml.safe_dump(report_data(results), sort_keys=False, default_flow_style=False)).rstrip("\n")
 
 
-TABLE_COLUMNS = ("RESULT", "KIND", "NAMESPACE", "NAME", "PODS", "NODE", "GPUS", "MEMORY", "CORES", "REASON",
-                 "WARNINGS", "SOURCE")
+TABLE_COLUMNS = (
+    "RESULT",
+    "KIND",
+    "NAMESPACE",
+    "NAME",
+    "PODS",
+    "NODE",
+    "GPUS",
+    "MEMORY",
+    "CORES",
+    "REASON",
+    "WARNINGS",
+    "SOURCE",
+)
 
 
 def table_row(r: Result) -> tuple[str, ...]:
@@ -222,8 +250,20 @@ def table_row(r: Result) -> tuple[str, ...]:
     kind = (display_kind(r.group, r.kind) if r.group else r.kind) or none
     name = (r.name or none) + (f":{r.role}" if r.role else "")
     reason = "not-managed" if not r.managed and not r.error and not r.skipped else r.reason or none
-    return (verdict, kind.replace(" ", ""), r.namespace or none, name, str(r.replicas), node, gpus, memory, cores,
-            reason, str(len(r.warnings)), r.source)
+    return (
+        verdict,
+        kind.replace(" ", ""),
+        r.namespace or none,
+        name,
+        str(r.replicas),
+        node,
+        gpus,
+        memory,
+        cores,
+        reason,
+        str(len(r.warnings)),
+        r.source,
+    )
 
 
 def render_table(results: Sequence[Result]) -> str:
@@ -236,11 +276,18 @@ def render_table(results: Sequence[Result]) -> str:
 
 def render_junit(results: Sequence[Result]) -> str:
     s = summary(results)
-    suite = ElementTree.Element("testsuite", name="gpu-admission check", tests=str(len(results)),
-                                failures=str(s["denied"]), skipped=str(s["skipped"]), errors=str(s["errors"]))
+    suite = ElementTree.Element(
+        "testsuite",
+        name="gpu-admission check",
+        tests=str(len(results)),
+        failures=str(s["denied"]),
+        skipped=str(s["skipped"]),
+        errors=str(s["errors"]),
+    )
     for r in results:
-        case = ElementTree.SubElement(suite, "testcase", classname=r.source,
-                                      name=target(r) if r.kind or not r.error else r.source)
+        case = ElementTree.SubElement(
+            suite, "testcase", classname=r.source, name=target(r) if r.kind or not r.error else r.source
+        )
         if r.error:
             error = ElementTree.SubElement(case, "error", message=r.message, type="input-error")
             error.text = (f"field {r.error_field}: " if r.error_field else "") + r.message

@@ -91,6 +91,8 @@ class RoundRobinProxy:
                 downstream.close()  # a stopped replica: the API server sees a refused connection
                 continue
             upstream.settimeout(None)
+            for end in (downstream, upstream):  # no Nagle: small TLS records must not wait for an ACK
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for a, b in ((downstream, upstream), (upstream, downstream)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -134,6 +136,8 @@ class Webhook:
     policy_file: Path
     key_file: Path
     replicas: list[Replica] = field(default_factory=list)
+    reservations: str = "api"
+    """Where replicas started from now on keep reservations: api (shared ConfigMaps) or memory (one replica)."""
 
     def start_replica(self, timeout: float = 60.0) -> Replica:
         port = free_port()
@@ -156,7 +160,7 @@ class Webhook:
                     "--policy",
                     str(self.policy_file),
                     "--reservations",
-                    "api",
+                    self.reservations,
                     "--log-level",
                     "warning",
                 ],
@@ -178,7 +182,11 @@ class Webhook:
         self.proxy.backends = [r.port for r in self.replicas]
         stop_process(replica.process)
 
-    def scale(self, count: int) -> None:
+    def scale(self, count: int, reservations: str = "api") -> None:
+        """`count` replicas, all keeping reservations in `reservations` (restarted when that changes)."""
+        if reservations != self.reservations:
+            self.scale(0)
+            self.reservations = reservations
         while len(self.replicas) > count:
             self.stop_replica(self.replicas[-1])
         while len(self.replicas) < count:

@@ -115,3 +115,39 @@ def test_a_dra_claim_for_every_gpu_is_refused_and_an_exact_count_is_stored(admin
         "resource.k8s.io", "v1", NS, "resourceclaims", claim("one", {"allocationMode": "ExactCount", "count": 1})
     )
     assert stored["metadata"]["name"] == "one"
+
+
+def test_a_quota_raised_in_the_api_is_seen_by_the_watch_and_a_deleted_pod_frees_its_gpus(
+    core: client.CoreV1Api,
+) -> None:
+    core.create_namespace({"metadata": {"name": "e2e-watch", "labels": {"gpu-admission.io/enabled": "true"}}})
+    wait_for(lambda: _has_default_account(core, "e2e-watch"), what="default ServiceAccount")
+    core.create_namespaced_resource_quota(
+        "e2e-watch", {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
+    )
+    wait_for(lambda: _created(core, "e2e-watch", "first"), what="the first pod admitted under the new quota")
+    assert refusal(lambda: core.create_namespaced_pod("e2e-watch", pod("second", [gpu_container(1)]))).status == 403
+    core.patch_namespaced_resource_quota("gpu", "e2e-watch", {"spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    wait_for(lambda: _created(core, "e2e-watch", "second"), what="the second pod admitted after the raise")
+    assert refusal(lambda: core.create_namespaced_pod("e2e-watch", pod("third", [gpu_container(1)]))).status == 403
+    core.delete_namespaced_pod("first", "e2e-watch", grace_period_seconds=0)
+    wait_for(lambda: _created(core, "e2e-watch", "third"), what="the third pod admitted once the first is gone")
+
+
+def _has_default_account(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except ApiException:
+        return False
+    return True
+
+
+def _created(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    """Creates the one-GPU pod `name`; False while the webhook still refuses it (its cache not caught up)."""
+    try:
+        core.create_namespaced_pod(namespace, pod(name, [gpu_container(1)]))
+    except ApiException as err:
+        if err.status == 403:
+            return False
+        raise
+    return True

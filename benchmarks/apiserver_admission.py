@@ -1,0 +1,275 @@
+"""Pod creates through a real kube-apiserver with the chart's webhooks, against the same API server
+without them, in one run.
+
+Builds (or reuses) the control plane of tests/e2e, installs the chart with `helm`, serves the webhook on
+127.0.0.1 behind one URL and creates the same pod (one GPU, `nvidia.com/gpumem`) in namespaces the
+webhooks select and in namespaces they do not (the baseline: the API server without webhooks). Clients are
+plain keep-alive HTTPS connections, so the client costs the same in both. Prints, per phase, p50/p90/p99
+as the client sees them, pods/s, the API server's own mean time in each webhook
+(`apiserver_admission_webhook_admission_duration_seconds`) and ConfigMap writes per admitted pod, each as
+a ratio to the baseline of the same run; ends with one JSON line.
+
+    python benchmarks/apiserver_admission.py [--replicas 1,3] [--sequential 100] [--burst 300] [--launch 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from e2e.controlplane import ControlPlane, start_control_plane  # noqa: E402
+from e2e.harness import (  # noqa: E402
+    Webhook,
+    api_client,
+    create_inventory,
+    create_namespace,
+    create_node,
+    demo_objects,
+    install,
+)
+
+TIMEOUT_SECONDS = 5  # the chart's webhook.timeoutSeconds
+THREADS = 16
+
+
+def pod_body(name: str) -> bytes:
+    container = {
+        "name": "main",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}},
+    }
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container]}}
+    ).encode()
+
+
+class Client:
+    """One keep-alive HTTPS connection to the API server with the admin's client certificate."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        user = yaml.safe_load(plane.admin_kubeconfig.read_text())["users"][0]["user"]
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        context.load_cert_chain(user["client-certificate"], user["client-key"])
+        self.conn = http.client.HTTPSConnection("127.0.0.1", plane.api_port, context=context, timeout=60)
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"} if body else {}
+        self.conn.request(method, path, body=body, headers=headers)
+        answer = self.conn.getresponse()
+        return answer.status, answer.read()
+
+    def create(self, namespace: str, name: str) -> tuple[float, int]:
+        start = time.perf_counter()
+        status, _ = self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod_body(name))
+        return time.perf_counter() - start, status
+
+
+def webhook_seconds(plane: ControlPlane) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the API server's admission time per webhook name, over every operation."""
+    status, text = Client(plane).request("GET", "/metrics")
+    totals: dict[str, list[float]] = {}
+    pattern = re.compile(r"^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$")
+    for line in text.decode().splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        name = re.search(r'name="([^"]+)"', match.group(2))
+        if name is None:
+            continue
+        entry = totals.setdefault(name.group(1), [0.0, 0.0])
+        entry[0 if match.group(1) == "sum" else 1] += float(match.group(3))
+    return {k: (v[0], v[1]) for k, v in totals.items()}
+
+
+def configmap_writes(plane: ControlPlane) -> float:
+    _, text = Client(plane).request("GET", "/metrics")
+    total = 0.0
+    for line in text.decode().splitlines():
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'resource="configmaps"' in line
+            and re.search(r'verb="(POST|PUT|PATCH|DELETE)"', line)
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Phase:
+    """One measured run of creates: client latencies, statuses, wall time, the API server's webhook time."""
+
+    def __init__(self, plane: ControlPlane, label: str) -> None:
+        self.plane, self.label = plane, label
+        self.latencies: list[float] = []
+        self.failures = 0
+        self.wall = 0.0  # seconds, summed over runs
+        self.jobs = 0
+        self.spent: dict[str, float] = {}  # the API server's seconds in each webhook, over every run
+        self.written = 0.0
+
+    def run(self, jobs: list[tuple[str, str]], threads: int) -> Phase:
+        before, writes_before = webhook_seconds(self.plane), configmap_writes(self.plane)
+        lock = threading.Lock()
+        queue = list(reversed(jobs))
+
+        def work() -> None:
+            client = Client(self.plane)
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    namespace, name = queue.pop()
+                seconds, status = client.create(namespace, name)
+                with lock:
+                    self.latencies.append(seconds)
+                    self.failures += status != 201
+
+        start = time.perf_counter()
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        self.wall += time.perf_counter() - start
+        self.jobs += len(jobs)
+        for name, (total, _count) in webhook_seconds(self.plane).items():
+            spent = total - before.get(name, (0.0, 0.0))[0]
+            if spent > 0:
+                self.spent[name] = self.spent.get(name, 0.0) + spent
+        self.written += configmap_writes(self.plane) - writes_before
+        return self
+
+    @property
+    def webhooks(self) -> dict[str, float]:
+        return {name: spent / self.jobs for name, spent in self.spent.items()}
+
+    @property
+    def writes(self) -> float:
+        return self.written / self.jobs
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.wall
+
+    def row(self, baseline: Phase | None) -> str:
+        p50, p90, p99 = (percentile(self.latencies, q) * 1000 for q in (0.5, 0.9, 0.99))
+        text = f"{self.label:<40} p50 {p50:6.2f} p90 {p90:6.2f} p99 {p99:7.2f} ms  {self.rate:7.1f} pods/s"
+        if baseline is not None:
+            b50 = percentile(baseline.latencies, 0.5) * 1000
+            text += f"  p50 +{p50 - b50:5.2f} ms  rate x{self.rate / baseline.rate:4.2f}"
+        mean = sum(self.webhooks.values()) * 1000
+        if mean:
+            parts = ", ".join(f"{k.split('.')[0]} {v * 1000:.2f}" for k, v in sorted(self.webhooks.items()))
+            text += f"  webhooks {mean:.2f} ms/create ({parts})"
+        late = sum(1 for s in self.latencies if s > TIMEOUT_SECONDS - 1)
+        if late or self.failures:
+            text += f"  late {late} failed {self.failures}"
+        if self.writes:
+            text += f"  configmap writes/pod {self.writes:.2f}"
+        return text
+
+    def summary(self, baseline: Phase | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "p50_ms": round(percentile(self.latencies, 0.5) * 1000, 2),
+            "p90_ms": round(percentile(self.latencies, 0.9) * 1000, 2),
+            "p99_ms": round(percentile(self.latencies, 0.99) * 1000, 2),
+            "pods_per_s": round(self.rate, 1),
+            "webhook_ms_per_create": round(sum(self.webhooks.values()) * 1000, 2),
+            "late": sum(1 for s in self.latencies if s > TIMEOUT_SECONDS - 1),
+            "failed": self.failures,
+            "configmap_writes_per_pod": round(self.writes, 2),
+        }
+        if baseline is not None:
+            out["rate_ratio"] = round(self.rate / baseline.rate, 2)
+            out["p50_over_baseline_ms"] = round(out["p50_ms"] - percentile(baseline.latencies, 0.5) * 1000, 2)
+        return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", default="1,3", help="replica counts to measure (default 1,3)")
+    parser.add_argument("--sequential", type=int, default=100, help="sequential creates per round and mode")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--burst", type=int, default=300, help=f"pods per burst ({THREADS} client threads)")
+    parser.add_argument("--launch", type=int, default=512, help="pods of the job-launch burst into one namespace")
+    args = parser.parse_args()
+    replica_counts = [int(r) for r in args.replicas.split(",")]
+
+    plane = start_control_plane(scheduler=False)
+    results: dict[str, Any] = {"machine": "see docs/performance.md", "replicas": {}}
+    try:
+        admin = api_client(plane.admin_kubeconfig)
+        webhook = install(plane, admin, values={})
+        for inventory in demo_objects("GPUInventory"):
+            create_inventory(admin, inventory)
+        for node in demo_objects("Node"):
+            create_node(admin, node)
+        counter = iter(range(10**9))
+
+        def names(namespaces: list[str], count: int) -> list[tuple[str, str]]:
+            return [(namespaces[i % len(namespaces)], f"p{next(counter)}") for i in range(count)]
+
+        for ns in ("off-0", "on-0"):
+            create_namespace(admin, ns, managed=ns.startswith("on"))
+        for i in range(1, 20):
+            create_namespace(admin, f"off-{i}", managed=False)
+            create_namespace(admin, f"on-{i}")
+        Phase(plane, "warm-up").run(names(["on-0", "off-0"], 40), 4)
+        for replicas in replica_counts:
+            webhook.scale(replicas, "memory" if replicas == 1 else "api")  # the chart's default for each
+            Phase(plane, "warm-up").run(names(["on-0"], 8 * replicas), replicas * 2)
+            results["replicas"][replicas] = measure(plane, webhook, args, names, replicas)
+    finally:
+        plane.stop()
+    print(json.dumps(results))
+    return 0
+
+
+def measure(
+    plane: ControlPlane, webhook: Webhook, args: argparse.Namespace, names: Callable[..., Any], replicas: int
+) -> dict[str, Any]:
+    print(f"\n== {replicas} webhook replica(s)")
+    off_seq, on_seq = Phase(plane, "sequential, no webhook"), Phase(plane, "sequential, webhooks")
+    for _ in range(args.rounds):  # alternated, so drift hits both alike
+        off_seq.run(names(["off-0"], args.sequential), 1)
+        on_seq.run(names(["on-0"], args.sequential), 1)
+    print(off_seq.row(None))
+    print(on_seq.row(off_seq))
+    out = {"sequential": on_seq.summary(off_seq), "sequential_baseline": off_seq.summary(None)}
+    for label, count in (("one namespace", 1), ("20 namespaces", 20)):
+        off = Phase(plane, f"burst {args.burst}, {label}, no webhook").run(
+            names([f"off-{i}" for i in range(count)], args.burst), THREADS
+        )
+        on = Phase(plane, f"burst {args.burst}, {label}, webhooks").run(
+            names([f"on-{i}" for i in range(count)], args.burst), THREADS
+        )
+        print(off.row(None))
+        print(on.row(off))
+        out[f"burst_{count}ns"] = on.summary(off)
+    off = Phase(plane, f"launch {args.launch}, one namespace, no webhook").run(names(["off-0"], args.launch), THREADS)
+    on = Phase(plane, f"launch {args.launch}, one namespace, webhooks").run(names(["on-0"], args.launch), THREADS)
+    print(off.row(None))
+    print(on.row(off))
+    out["launch"] = on.summary(off)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -387,7 +387,7 @@ def test_reading_leniently_keeps_the_documents_around_broken_ones(tmp_path: Path
     assert [(type(e).__name__, e.source) for e in entries] == [
         ("Document", f"{path}:0"), ("Problem", f"{path}:1"), ("Problem", f"{path}:2"), ("Document", f"{path}:3"),
         ("Problem", str(tmp_path / "gone.yaml"))]
-    assert isinstance(entries[1], Problem) and entries[1].message.startswith("line 5: invalid YAML")
+    assert isinstance(entries[1], Problem) and entries[1].message.startswith("line 5, column 1: invalid YAML")
     with pytest.raises(UserError):  # the strict reader (used for cluster files) still stops at the first
         load_documents([str(path)])
 

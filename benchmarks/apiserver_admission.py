@@ -214,6 +214,7 @@ def main() -> int:
 
     plane = start_control_plane(scheduler=False)
     results: dict[str, Any] = {"machine": "see docs/performance.md", "replicas": {}}
+    webhook: Webhook | None = None
     try:
         admin = api_client(plane.admin_kubeconfig)
         webhook = install(plane, admin, values={})
@@ -237,6 +238,8 @@ def main() -> int:
             Phase(plane, "warm-up").run(names(["on-0"], 8 * replicas), replicas * 2)
             results["replicas"][replicas] = measure(plane, webhook, args, names, replicas)
     finally:
+        if webhook is not None:
+            webhook.stop()
         plane.stop()
     print(json.dumps(results))
     return 0

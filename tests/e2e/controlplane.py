@@ -8,6 +8,7 @@ admission plugins (ResourceQuota among them). No kubelet runs, so pods are bound
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import ipaddress
 import os
@@ -250,14 +251,7 @@ class ControlPlane:
         return self.workdir / f"{name}.log"
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        with open(self.log_file(name), "wb") as log:
-            self.processes[name] = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.processes[name] = spawn([str(self.bin_dir / name), *args], self.log_file(name))
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -289,6 +283,30 @@ class ControlPlane:
         for name in reversed(list(self.processes)):
             process = self.processes.pop(name)
             stop_process(process)
+
+
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def spawn(command: list[str], log_file: Path, **options: object) -> subprocess.Popen[bytes]:
+    """A process in a session of its own, its output in `log_file`; stopped at exit at the latest."""
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            **options,  # type: ignore[call-overload]
+        )
+    _STARTED.append(process)
+    return process
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for process in reversed(_STARTED):
+        stop_process(process, grace=5.0)
 
 
 def stop_process(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:

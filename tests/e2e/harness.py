@@ -1,23 +1,20 @@
 """The chart installed into the real control plane, and the webhook served beside it on 127.0.0.1.
 
 The API server refuses loopback Endpoints, so the chart's webhook configurations reach the server through
-`webhook.url` (the chart's mode for a webhook served outside the cluster), pointing at a round-robin TCP
-proxy in front of one or more `gpu-admission serve` replicas, as a Service's kube-proxy rules would be.
-Each replica authenticates with a token of the chart's own ServiceAccount: it has the chart's RBAC and
-nothing more.
+`webhook.url` (the chart's mode for a webhook served outside the cluster). One or more `gpu-admission
+serve` replicas listen on that one port with `--reuse-port`, the kernel spreading the API server's
+connections over them as a Service's rules would; each also listens on a port of its own, for its
+readiness and metrics. Each replica authenticates with a token of the chart's own ServiceAccount: it has
+the chart's RBAC and nothing more.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import http.client
-import itertools
 import os
-import socket
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from e2e.controlplane import ControlPlane, free_port, stop_process
+from e2e.controlplane import ControlPlane, free_port, spawn, stop_process
 from e2e_server import cli, make_certificates
 from helm_tool import CHART, find_helm
 from kubernetes import client
@@ -63,57 +60,6 @@ def helm(plane: ControlPlane, *args: str, timeout: float = 180) -> str:
     return done.stdout
 
 
-class RoundRobinProxy:
-    """Forwards each TCP connection to the next live backend port, like a Service's virtual IP."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.backends: list[int] = []
-        self._cycle = itertools.count()
-        self._listener = socket.create_server(("127.0.0.1", self.port))
-        self._closed = False
-        threading.Thread(target=self._accept, name="e2e-proxy", daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                downstream, _ = self._listener.accept()
-            except OSError:
-                return
-            backends = list(self.backends)
-            if not backends:
-                downstream.close()
-                continue
-            port = backends[next(self._cycle) % len(backends)]
-            try:
-                upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
-            except OSError:
-                downstream.close()  # a stopped replica: the API server sees a refused connection
-                continue
-            upstream.settimeout(None)
-            for end in (downstream, upstream):  # no Nagle: small TLS records must not wait for an ACK
-                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for a, b in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-
-
 @dataclass
 class Replica:
     process: subprocess.Popen[bytes]
@@ -131,7 +77,8 @@ class Webhook:
     plane: ControlPlane
     workdir: Path
     cert_dir: Path
-    proxy: RoundRobinProxy
+    port: int
+    """The port every replica shares, the one in the webhook configurations' URL."""
     kubeconfig: Path
     policy_file: Path
     key_file: Path
@@ -144,42 +91,18 @@ class Webhook:
         log_file = self.workdir / f"serve-{port}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPU_ADMISSION_RECORD_KEY_FILE": str(self.key_file)}
         env.pop("POD_NAMESPACE", None)
-        with log_file.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    *cli(),
-                    "serve",
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    "--cert-dir",
-                    str(self.cert_dir),
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--namespace",
-                    NAMESPACE,
-                    "--policy",
-                    str(self.policy_file),
-                    "--reservations",
-                    self.reservations,
-                    "--log-level",
-                    "warning",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        command = [*cli(), "serve", "--kubeconfig", str(self.kubeconfig), "--cert-dir", str(self.cert_dir)]
+        command += ["--bind", f"127.0.0.1:{self.port}", "--bind", f"127.0.0.1:{port}", "--reuse-port"]
+        command += ["--namespace", NAMESPACE, "--policy", str(self.policy_file)]
+        command += ["--reservations", self.reservations, "--log-level", "warning"]
+        process = spawn(command, log_file, env=env, cwd=self.workdir)
         replica = Replica(process, port, log_file)
         self._wait_ready(replica, timeout)
         self.replicas.append(replica)
-        self.proxy.backends = [r.port for r in self.replicas]
         return replica
 
     def stop_replica(self, replica: Replica) -> None:
         self.replicas.remove(replica)
-        self.proxy.backends = [r.port for r in self.replicas]
         stop_process(replica.process)
 
     def scale(self, count: int, reservations: str = "api") -> None:
@@ -212,11 +135,11 @@ class Webhook:
                 raise RuntimeError(f"serve not ready in {timeout:.0f} s:\n{replica.log()[-4000:]}")
             time.sleep(0.2)
 
-    def metrics(self) -> str:
-        """The /metrics text of every replica, concatenated."""
+    def metrics(self, replicas: list[Replica] | None = None) -> str:
+        """The /metrics text of these replicas (default: every one), concatenated."""
         context = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
         texts = []
-        for replica in self.replicas:
+        for replica in self.replicas if replicas is None else replicas:
             conn = http.client.HTTPSConnection("127.0.0.1", replica.port, context=context, timeout=5)
             conn.request("GET", "/metrics")
             texts.append(conn.getresponse().read().decode())
@@ -231,7 +154,6 @@ class Webhook:
     def stop(self) -> None:
         for replica in list(self.replicas):
             self.stop_replica(replica)
-        self.proxy.close()
 
 
 def service_account_token(api: client.ApiClient, name: str, namespace: str, seconds: int = 86400) -> str:
@@ -243,14 +165,14 @@ def service_account_token(api: client.ApiClient, name: str, namespace: str, seco
 
 
 def install(plane: ControlPlane, api: client.ApiClient, values: dict[str, Any], replicas: int = 1) -> Webhook:
-    """helm install of the chart with the webhook served at the proxy; `replicas` serve processes."""
+    """helm install of the chart with the webhook served at one shared port; `replicas` serve processes."""
     workdir = plane.workdir / "webhook"
     cert_dir = workdir / "certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
     ca_bundle = make_certificates(cert_dir, service=RELEASE, namespace=NAMESPACE)
-    proxy = RoundRobinProxy()
+    port = free_port()
     chart_values = copy.deepcopy(values)
-    chart_values.setdefault("webhook", {}).update({"url": f"https://127.0.0.1:{proxy.port}", "reservations": "api"})
+    chart_values.setdefault("webhook", {}).update({"url": f"https://127.0.0.1:{port}", "reservations": "api"})
     chart_values["certificates"] = {"mode": "existingSecret", "existingSecret": {"caBundle": ca_bundle}}
     values_file = workdir / "values.yaml"
     values_file.write_text(yaml.safe_dump(chart_values))
@@ -278,7 +200,7 @@ def install(plane: ControlPlane, api: client.ApiClient, values: dict[str, Any], 
     key_file.chmod(0o600)
     token = service_account_token(api, RELEASE, NAMESPACE)
     webhook = Webhook(
-        plane, workdir, cert_dir, proxy, plane.token_kubeconfig(token, "webhook-sa"), policy_file, key_file
+        plane, workdir, cert_dir, port, plane.token_kubeconfig(token, "webhook-sa"), policy_file, key_file
     )
     for _ in range(replicas):
         webhook.start_replica()

@@ -4,10 +4,11 @@ what its failurePolicy says (docs/install.md, "Failure policy"). Runs last: it s
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
-from e2e.harness import Webhook, api_client, create_namespace, gpu_container, pod
+from e2e.harness import Replica, Webhook, api_client, create_namespace, gpu_container, pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -46,6 +47,12 @@ def burst(webhook: Webhook, namespace: str, count: int) -> tuple[list[str], list
     return created, refused
 
 
+def answered(webhook: Webhook, replica: Replica) -> float:
+    """Admissions this replica has answered (its /validate requests, from its own /metrics)."""
+    pattern = re.compile(r'^gpu_admission_admission_duration_seconds_count\{endpoint="validate"[^}]*\} (\S+)$', re.M)
+    return sum(float(n) for n in pattern.findall(webhook.metrics([replica])))
+
+
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_replicas_share_a_quota_exactly(
     admin: client.ApiClient, core: client.CoreV1Api, webhook: Webhook, replicas: int
@@ -56,7 +63,10 @@ def test_replicas_share_a_quota_exactly(
         namespace, {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": str(QUOTA)}}}
     )
     webhook.scale(replicas)
+    before = [answered(webhook, r) for r in webhook.replicas]
     created, refused = burst(webhook, namespace, 16)
+    busy = [answered(webhook, r) - b for r, b in zip(webhook.replicas, before, strict=True)]
+    assert sum(1 for n in busy if n) >= 2, f"admissions per replica: {busy}"
     assert len(created) == QUOTA, refused
     # every refusal is ours: none reached the API server's own ResourceQuota check, which would have
     # caught a quota our replicas together over-admitted

@@ -26,8 +26,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults_are_one_worker_with_threads() -> None:
     args = parse()
-    assert (args.bind, args.workers, args.threads, args.tls_min, args.cert_dir) == (
-        "0.0.0.0:8443",
+    assert (serve._binds(args), args.workers, args.threads, args.tls_min, args.cert_dir) == (
+        ["0.0.0.0:8443"],
         1,
         8,
         "1.2",

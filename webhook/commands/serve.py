@@ -20,6 +20,7 @@ from webhook.errors import UserError
 
 DEFAULT_NAMESPACE = "gpu-admission"
 DEFAULT_SERVICE = "gpu-admission"
+DEFAULT_BIND = "0.0.0.0:8443"
 LIVE_SOURCE_MODULE = "webhook.cluster.source"
 RESERVATION_STORES = ("memory", "api")
 RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
@@ -54,7 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tls.crt and tls.key; a development CA and certificate are made here when absent (default: certs)",
     )
     parser.add_argument(
-        "--bind", default="0.0.0.0:8443", metavar="HOST:PORT", help="listen address (default 0.0.0.0:8443)"
+        "--bind",
+        action="append",
+        metavar="HOST:PORT",
+        help=f"listen address, repeatable: every address serves the same endpoints (default {DEFAULT_BIND})",
+    )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="share the listen ports with other serve processes on this host (SO_REUSEPORT): the kernel "
+        "spreads new connections over them, as a Service spreads them over replicas",
     )
     parser.add_argument(
         "--workers",
@@ -104,7 +114,13 @@ def run(args: argparse.Namespace) -> int:
     tls_files = _tls_files(args, namespace)
     record_key = _record_key()  # here, before the workers fork: all of them must seal with one key
     source_factory = _source_factory(args, namespace)
-    options = GunicornOptions(bind=args.bind, workers=args.workers, threads=args.threads, log_level=args.log_level)
+    options = GunicornOptions(
+        bind=tuple(_binds(args)),
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+        reuse_port=args.reuse_port,
+    )
 
     def app_factory() -> Any:
         # Runs in the worker, after the fork: a live source starts its watch threads here. One policy
@@ -122,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     log.info(
         "serving",
         extra={
-            "bind": args.bind,
+            "bind": _binds(args),
             "workers": args.workers,
             "threads": args.threads,
             "namespace": namespace,
@@ -154,9 +170,14 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
     if args.threads < 1:
         raise UserError(f"--threads must be at least 1, got {args.threads}")
-    host, sep, port = args.bind.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--bind must be HOST:PORT, got {args.bind!r}")
+    for bind in _binds(args):
+        host, sep, port = bind.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UserError(f"--bind must be HOST:PORT, got {bind!r}")
+
+
+def _binds(args: argparse.Namespace) -> list[str]:
+    return list(args.bind or [DEFAULT_BIND])
 
 
 def _tls_files(args: argparse.Namespace, namespace: str) -> Any:

@@ -26,7 +26,10 @@ KEEPALIVE_SECONDS = 75  # longer than the API server's idle connection reuse, so
 
 @dataclass(frozen=True)
 class GunicornOptions:
-    bind: str = "0.0.0.0:8443"
+    bind: str | tuple[str, ...] = "0.0.0.0:8443"
+    """One address, or several that serve alike."""
+    reuse_port: bool = False
+    """SO_REUSEPORT: several processes on one host share the port, the kernel spreading connections."""
     workers: int = 1
     threads: int = 8
     keepalive: int = KEEPALIVE_SECONDS
@@ -46,7 +49,8 @@ class GunicornOptions:
 def gunicorn_settings(options: GunicornOptions, tls: ReloadingContext | None) -> dict[str, Any]:
     """The gunicorn settings for these options (plain HTTP when `tls` is None: tests and benchmarks only)."""
     settings: dict[str, Any] = {
-        "bind": [options.bind],
+        "bind": [options.bind] if isinstance(options.bind, str) else list(options.bind),
+        "reuse_port": options.reuse_port,
         "workers": options.workers,
         "threads": options.threads,
         "worker_class": "gthread",

@@ -105,10 +105,11 @@ class Webhook:
         self.replicas.remove(replica)
         stop_process(replica.process)
 
-    def scale(self, count: int, reservations: str = "api") -> None:
-        """`count` replicas, all keeping reservations in `reservations` (restarted when that changes)."""
-        if reservations != self.reservations:
-            self.scale(0)
+    def scale(self, count: int, reservations: str | None = None) -> None:
+        """`count` replicas; with `reservations`, all keeping them there (restarted when that changes)."""
+        if reservations is not None and reservations != self.reservations:
+            while self.replicas:
+                self.stop_replica(self.replicas[-1])
             self.reservations = reservations
         while len(self.replicas) > count:
             self.stop_replica(self.replicas[-1])

@@ -359,11 +359,16 @@ def _deny(code: int, reason: str, message: str) -> Decision:
 # ------------------------------------------------------------------------------------------ entry points
 
 
+NO_GPU_ANSWERS = frozenset({"not-gpu-pod", "no-gpu-requested"})
+
+
 def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, snapshot: Snapshot, policy: Policy,
                  *, mutating: bool) -> Decision:
     """The answer for a pod the first screen settled: a pod that asks for no GPU, in a managed namespace,
-    is screened here too (the rest is returned as it was)."""
-    if final.reason != "not-gpu-pod" or not is_managed(request.namespace, snapshot, policy):
+    is screened here too (the rest is returned as it was). That includes a pod that names a GPU resource
+    with a count of 0 (`nvidia.com/gpu: 0`): the device plugin gives it no device, but a CUDA image's own
+    NVIDIA_VISIBLE_DEVICES=all would still reach every GPU of the node it lands on."""
+    if final.reason not in NO_GPU_ANSWERS or not is_managed(request.namespace, snapshot, policy):
         return final
     decision = screen_non_gpu(pod, request, snapshot, policy, mutating=mutating)
     if decision is None:

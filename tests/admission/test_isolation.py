@@ -13,10 +13,11 @@ import jsonpatch
 import pytest
 from builders import H100, node, pod, snapshot
 from flask.testing import FlaskClient
+from isolation_support import CONFIG_MAPS, SNAP, VOID, chain, cpu_pod
 
 from webhook.core.admission import admit
 from webhook.core.admission.isolation import env_from_keys
-from webhook.core.domain.model import Node, Snapshot
+from webhook.core.domain.model import Snapshot
 from webhook.core.podspec.limits import ISOLATION_ENV, is_isolation_env
 from webhook.core.podspec.resources import is_gpu_pod, parse_pod
 from webhook.core.podspec.vendors import is_device_hostpath, needs_decision
@@ -28,29 +29,6 @@ from webhook.server.source import StaticSource
 
 CLAIMS = Path(__file__).parent.parent / "fixtures" / "dra" / "claims.yaml"
 
-VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
-CONFIG_MAPS = {
-    "team-a": {
-        "settings": env_from_keys({"LOG_LEVEL": "info", "MODEL": "llama", "config.yaml": "x: 1"}),
-        "escape": env_from_keys({"NVIDIA_VISIBLE_DEVICES": "all", "LOG_LEVEL": "info"}),
-        "tails": env_from_keys({"DEVICES": "all", "PIPE_DIRECTORY": "/x"}),
-        "preload": env_from_keys({"LD_PRELOAD": "/evil.so"}),
-        "switch": env_from_keys({"GPU_CORE_UTILIZATION_POLICY": "disable"}),
-    }
-}
-SNAP = dataclasses.replace(snapshot(node("h1", H100, 8), Node("cpu-1")), config_maps=CONFIG_MAPS)
-
-
-def cpu_pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web", "namespace": "team-a"},
-        "spec": {"containers": list(containers) or [{"name": "app", "image": "nvcr.io/nvidia/cuda:12.4.1-base"}],
-                 **spec},
-    }
-
-
 def gpu_pod(**container: Any) -> dict[str, Any]:
     p = pod({"nvidia.com/gpu": 1})
     p["spec"]["containers"][0].update(container)
@@ -59,14 +37,6 @@ def gpu_pod(**container: Any) -> dict[str, Any]:
 
 def env_from(*sources: dict[str, Any]) -> dict[str, Any]:
     return {"name": "app", "image": "img", "envFrom": list(sources)}
-
-
-def chain(p: dict[str, Any], snap: Snapshot = SNAP, policy: Policy | None = None) -> tuple[Any, Any, Any]:
-    """Mutate, apply the patch, validate the result (as the API server runs the two webhooks)."""
-    policy = policy or Policy()
-    mutated = admit.mutate(p, snap, policy)
-    final = jsonpatch.apply_patch(p, list(mutated.patch)) if mutated.allowed else p
-    return mutated, final, admit.validate(final, snap, policy)
 
 
 # --------------------------------------------------------------------------- the limit layer's switches

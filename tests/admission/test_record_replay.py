@@ -17,6 +17,7 @@ import celpy
 import helm_tool
 import jsonpatch
 import pytest
+from isolation_support import answer, update_review
 from server_support import cluster_objects
 
 from webhook.cluster.cache import ClusterCache
@@ -43,24 +44,6 @@ def running(name: str, record: str | None = None, node: str = "gpu-a") -> dict[s
     if record is not None:
         pod["metadata"]["annotations"] = {ANNOTATION: record}
     return pod
-
-
-def update_review(old: dict[str, Any], new: dict[str, Any], namespace: str = "team-a") -> dict[str, Any]:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u-update", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace,
-        "name": new["metadata"]["name"], "operation": "UPDATE", "userInfo": {"username": "alice"},
-        "object": new, "oldObject": old}}
-
-
-def answer(endpoint: str, review: dict[str, Any]) -> dict[str, Any]:
-    config = ServerConfig(source=StaticSource(build_snapshot(cluster_objects())), namespace="gpu-admission",
-                          core=real_core(), policy=PolicyHolder(None, loader=lambda _path: Policy()))
-    response = create_app(config).test_client().post(endpoint, data=json.dumps(review),
-                                                     content_type="application/json")
-    assert response.status_code == 200
-    result: dict[str, Any] = response.get_json()["response"]
-    return result
 
 
 # --------------------------------------------------------------------------- (a) UPDATEs of the record

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from isolation_support import SNAP, VOID, chain, cpu_pod
 
-from tests.admission.test_isolation import SNAP, VOID, chain, cpu_pod
 from webhook.core.admission import admit
 from webhook.core.policy.model import Policy, parse_policy
 

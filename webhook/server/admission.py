@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
+from webhook.core.admission.updates import pod_update
 from webhook.core.domain.decision import Decision, allowed
 from webhook.core.domain.names import GROUP as INVENTORY_GROUP
 from webhook.core.domain.names import INVENTORY_PLURAL as INVENTORY_RESOURCE
@@ -51,6 +52,8 @@ class AdmissionCore:
     check_config_map: Callable[..., Decision] | None = None
     # mutate takes nonce= (from the review's uid), which the decision record carries (core/trust.py).
     mutate_nonce: bool = False
+    # Pod UPDATEs: (pod, old pod, snapshot, policy, namespace=) -> Decision; None: only record edits refused.
+    pod_update: Callable[..., Decision] | None = None
 
 
 def real_core(record_key: bytes | None = None) -> AdmissionCore:
@@ -71,8 +74,17 @@ def real_core(record_key: bytes | None = None) -> AdmissionCore:
         return needs_decision(pod) or names_claims(pod) or bool(device_list_mounts(pod))
 
     key = secrets.token_bytes(32) if record_key is None else record_key
-    return AdmissionCore(partial(admit.mutate, record_key=key), partial(admit.validate, record_key=key), decided,
-                         _check_inventory_write, check_claim_object, ephemeral, config_map_write, mutate_nonce=True)
+    return AdmissionCore(
+        partial(admit.mutate, record_key=key),
+        partial(admit.validate, record_key=key),
+        decided,
+        _check_inventory_write,
+        check_claim_object,
+        ephemeral,
+        config_map_write,
+        mutate_nonce=True,
+        pod_update=pod_update,
+    )
 
 
 def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
@@ -254,15 +266,22 @@ class AdmissionHandler:
         return _from_decision(uid, decision, with_patch=False)
 
     def _record_update(self, incoming: rv.IncomingReview) -> _Outcome:
-        """A pod UPDATE (the chart sends only those that touch the decision record): refused when it adds,
-        changes or removes the record, which the webhook writes at CREATE only (core/trust.py)."""
+        """A pod UPDATE (the chart sends those that touch the decision record, tolerations, node constraints
+        or the annotations read at scheduling): judged by core/updates.py."""
         request, uid = incoming.request, incoming.uid
         pod, old = request.get("object"), request.get("oldObject")
         if not isinstance(pod, dict):
             raise rv.ReviewError(400, "missing request.object: a pod UPDATE must carry the pod")
         if _namespace_of(request, _mapping(pod.get("metadata"))) in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
-        decision = record_update(pod, old if isinstance(old, dict) else {})  # the API server always sends it
+        namespace = _namespace_of(request, _mapping(pod.get("metadata")))
+        old = old if isinstance(old, dict) else {}  # the API server always sends it
+        if self.core.pod_update is None:
+            decision = record_update(pod, old)
+        else:
+            decision = self.core.pod_update(
+                pod, old, self.source.snapshot(), self.policy.get(), namespace=namespace or None
+            )
         return _fast(uid, "not-create") if decision.allowed else _from_decision(uid, decision, with_patch=False)
 
     def _claim(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
@@ -270,8 +289,10 @@ class AdmissionHandler:
         counted (core/dra_objects.py). Only the validating webhook decides; nothing is reserved."""
         request, uid = incoming.request, incoming.uid
         namespace = _text(request.get("namespace"))
-        if endpoint != "validate" or self.core.check_claim is None or request.get("operation") not in (
-            "CREATE", "UPDATE"
+        if (
+            endpoint != "validate"
+            or self.core.check_claim is None
+            or request.get("operation") not in ("CREATE", "UPDATE")
         ):
             return _fast(uid, "not-a-pod")
         if namespace in self.excluded_namespaces:
@@ -288,8 +309,10 @@ class AdmissionHandler:
         their reads; a ledger shared by replicas is read again first). Only the validating webhook
         decides; nothing is reserved, so a dry run is decided alike."""
         request, uid = incoming.request, incoming.uid
-        if endpoint != "validate" or self.core.check_config_map is None or request.get("operation") not in (
-            "CREATE", "UPDATE"
+        if (
+            endpoint != "validate"
+            or self.core.check_config_map is None
+            or request.get("operation") not in ("CREATE", "UPDATE")
         ):
             return _fast(uid, "not-a-pod")
         config_map = request.get("object")
@@ -298,8 +321,9 @@ class AdmissionHandler:
         namespace = _namespace_of(request, _mapping(config_map.get("metadata")))
         if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
-        decision = self.core.check_config_map(request, self.source.fresh_snapshot(namespace or "default"),
-                                            self.policy.get())
+        decision = self.core.check_config_map(
+            request, self.source.fresh_snapshot(namespace or "default"), self.policy.get()
+        )
         return _from_decision(uid, decision, with_patch=False)
 
     def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
@@ -315,8 +339,14 @@ class AdmissionHandler:
         if namespace in self.excluded_namespaces:
             return _fast(uid, "excluded-namespace")
         old = request.get("oldObject")
-        decision = self.core.ephemeral(pod, old if isinstance(old, dict) else None, self.source.snapshot(),
-                                       self.policy.get(), namespace=namespace or None, mutating=endpoint == "mutate")
+        decision = self.core.ephemeral(
+            pod,
+            old if isinstance(old, dict) else None,
+            self.source.snapshot(),
+            self.policy.get(),
+            namespace=namespace or None,
+            mutating=endpoint == "mutate",
+        )
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
 
 
@@ -327,8 +357,11 @@ def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> st
 
 def _is_ephemeral(request: Mapping[str, Any]) -> bool:
     resource = _mapping(request.get("resource"))
-    return (request.get("subResource") == "ephemeralcontainers" and resource.get("group") == ""
-            and resource.get("resource") == "pods")
+    return (
+        request.get("subResource") == "ephemeralcontainers"
+        and resource.get("group") == ""
+        and resource.get("resource") == "pods"
+    )
 
 
 def _is_config_map(request: Mapping[str, Any]) -> bool:
@@ -339,7 +372,8 @@ def _is_config_map(request: Mapping[str, Any]) -> bool:
 def _is_claim(request: Mapping[str, Any]) -> bool:
     resource = _mapping(request.get("resource"))
     return (
-        resource.get("group") == CLAIM_GROUP and resource.get("resource") in CLAIM_RESOURCES
+        resource.get("group") == CLAIM_GROUP
+        and resource.get("resource") in CLAIM_RESOURCES
         and not request.get("subResource")
     )
 

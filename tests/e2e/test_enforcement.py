@@ -151,3 +151,26 @@ def _created(core: client.CoreV1Api, namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+def test_a_pending_pod_that_gains_a_route_to_a_gpu_by_update_is_refused(core: client.CoreV1Api) -> None:
+    cuda = {"name": "app", "image": "nvcr.io/nvidia/cuda:12.4.1-base"}
+    core.create_namespaced_pod(NS, pod("cpu-later-gpu", [cuda], nodeSelector={"pool": "nowhere"}))
+    stored = core.read_namespaced_pod("cpu-later-gpu", NS)
+    assert not stored.spec.containers[0].env  # it could reach no GPU node: left as it was
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    err = refusal(lambda: core.patch_namespaced_pod("cpu-later-gpu", NS, {"spec": {"tolerations": [toleration]}}))
+    assert err.status == 403
+    text = message(err)
+    assert "validate-pod-records.gpu-admission.io" in text and "NVIDIA_VISIBLE_DEVICES=void" in text
+    # The same toleration given at create: the mutation pins the device variable, and it is admitted.
+    core.create_namespaced_pod(NS, pod("cpu-tolerating", [cuda], tolerations=[toleration]))
+    env = {e.name: e.value for e in core.read_namespaced_pod("cpu-tolerating", NS).spec.containers[0].env}
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "void"}
+    # A KAI fraction added later would ask for a GPU nobody counted.
+    err = refusal(
+        lambda: core.patch_namespaced_pod("cpu-later-gpu", NS, {"metadata": {"annotations": {"gpu-fraction": "0.5"}}})
+    )
+    assert err.status == 403 and "gpu-fraction" in message(err)
+    # Labels and other annotations still pass.
+    core.patch_namespaced_pod("cpu-later-gpu", NS, {"metadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}}})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -153,23 +154,61 @@ class _Stored:
     entries: Entries
 
 
+class TimedConfigMaps:
+    """The three ConfigMap calls of a kubernetes `CoreV1Api`, each with a request timeout, so that an API
+    server that stops answering holds an admission for seconds, never for ever."""
+
+    def __init__(self, api: Any, connect_seconds: float = 2.0, read_seconds: float = 3.0) -> None:
+        self.api = api
+        self.timeout = (connect_seconds, read_seconds)
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        return self.api.read_namespaced_config_map(name, namespace, _request_timeout=self.timeout)
+
+    def create_namespaced_config_map(self, namespace: str, body: Any) -> Any:
+        return self.api.create_namespaced_config_map(namespace, body, _request_timeout=self.timeout)
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any) -> Any:
+        return self.api.replace_namespaced_config_map(name, namespace, body, _request_timeout=self.timeout)
+
+
 class ApiStore:
     """One ConfigMap per namespace in the webhook's own namespace, replaced with a resourceVersion
     precondition; a 409 Conflict means another replica wrote first, so we re-read and decide again.
 
-    `api` is a kubernetes `CoreV1Api` (or anything with its three ConfigMap methods).
+    Every transaction ends within `budget_seconds` (less than the webhook's timeoutSeconds, so that no
+    reservation is written for a pod the API server has already given up on): waiting for this replica's
+    turn, reading and writing included. Retries (409 Conflict, 429 Too Many Requests, 5xx, timeouts) back
+    off exponentially with full jitter, so replicas that collided do not collide again in step; a ledger
+    deleted under us (404 on replace) is created anew. `api` is a kubernetes `CoreV1Api` (or anything
+    with its three ConfigMap methods), whose client should carry a request timeout (build_source's does).
     """
 
     DATA_KEY = "reservations"
+    RETRIED = frozenset({409, 429, 500, 502, 503, 504})
+    FIRST_BACKOFF = 0.005  # seconds; doubled per retry, up to MAX_BACKOFF, each wait drawn from [0, that]
+    MAX_BACKOFF = 0.25
 
     def __init__(
-        self, api: Any, namespace: str, *, prefix: str = "gpu-admission-ledger-", max_attempts: int = 50
+        self,
+        api: Any,
+        namespace: str,
+        *,
+        prefix: str = "gpu-admission-ledger-",
+        max_attempts: int = 50,
+        budget_seconds: float = 3.5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[float], float] = lambda top: random.uniform(0.0, top),
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.prefix = prefix
         self.max_attempts = max_attempts
+        self.budget_seconds = budget_seconds
+        self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.conflicts = 0
+        self.retries = 0
         self._stored: dict[str, _Stored] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -197,26 +236,46 @@ class ApiStore:
 
     def transact(self, namespace: str, change: Change[T]) -> T:
         # Threads of this replica take turns per namespace; other replicas are held off by the precondition.
-        with self._lock_of(namespace):
-            stored = self._stored.get(namespace)
-            for _ in range(self.max_attempts):
-                if stored is None:
-                    stored = self._guarded("read", namespace, self._read, namespace)
-                new, result = change(stored.entries)
-                if new is None:
-                    return result
-                try:
-                    version = self._write(namespace, stored.resource_version, new)
-                except Exception as error:
-                    if status_code(error) != 409:
-                        raise ReservationStoreError(
-                            f"cannot write {self._where(namespace)}: {_brief(error)}"
-                        ) from error
-                    self.conflicts += 1
-                    stored = None  # someone else wrote: read again and decide again
-                    continue
-                self._remember(namespace, _Stored(version, new))
+        deadline = self.clock() + self.budget_seconds
+        lock = self._lock_of(namespace)
+        if not lock.acquire(timeout=self.budget_seconds):
+            raise ReservationConflict(
+                f"the reservation ledger of namespace {namespace} was busy for {self.budget_seconds:g} s"
+            )
+        try:
+            return self._transact(namespace, change, deadline)
+        finally:
+            lock.release()
+
+    def _transact(self, namespace: str, change: Change[T], deadline: float) -> T:
+        stored = self._stored.get(namespace)
+        for attempt in range(self.max_attempts):
+            if stored is None:
+                stored = self._guarded("read", namespace, self._read, namespace)
+            new, result = change(stored.entries)
+            if new is None:
                 return result
+            try:
+                version = self._write(namespace, stored.resource_version, new)
+            except Exception as error:
+                code = status_code(error)
+                if code == 404 and stored.resource_version is not None:
+                    log.warning("%s was deleted: writing it anew", self._where(namespace))
+                elif code not in self.RETRIED and not _timed_out(error):
+                    raise ReservationStoreError(f"cannot write {self._where(namespace)}: {_brief(error)}") from error
+                self.conflicts += code == 409
+                self.retries += 1
+                stored = None  # someone else wrote, or the write may not have landed: read again, decide again
+                wait = self.jitter(min(self.MAX_BACKOFF, self.FIRST_BACKOFF * 2**attempt))
+                if self.clock() + wait >= deadline:
+                    raise ReservationConflict(
+                        f"the reservation ledger of namespace {namespace} could not be written within "
+                        f"{self.budget_seconds:g} s ({attempt + 1} tries, last: {_brief(error)})"
+                    ) from error
+                self.sleep(wait)
+                continue
+            self._remember(namespace, _Stored(version, new))
+            return result
         raise ReservationConflict(
             f"the reservation ledger of namespace {namespace} kept changing ({self.max_attempts} tries)"
         )
@@ -279,6 +338,12 @@ class ApiStore:
         body["metadata"]["resourceVersion"] = resource_version
         replaced = self.api.replace_namespaced_config_map(self.name_of(namespace), self.namespace, body)
         return str(replaced.metadata.resource_version)
+
+
+def _timed_out(error: BaseException) -> bool:
+    """A request that got no answer in time (the client's timeout): it may or may not have landed."""
+    name = type(error).__name__.lower()
+    return isinstance(error, TimeoutError) or "timeout" in name or "timed out" in str(error).lower()
 
 
 def _brief(error: BaseException) -> str:

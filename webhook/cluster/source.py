@@ -359,7 +359,7 @@ def build_source(
     from .config import load_api_client
     from .group_ledger import GroupApiStore
     from .kube import KubeLister
-    from .reservations import ApiStore, InProcessStore, ReservationStore
+    from .reservations import ApiStore, InProcessStore, ReservationStore, TimedConfigMaps
     from .watch import Reflector
 
     kind = reservations or os.environ.get("GPU_ADMISSION_RESERVATIONS") or "memory"
@@ -374,7 +374,7 @@ def build_source(
         from kubernetes import client
 
         keep = current.stale_after_seconds + current.stale_grace_seconds
-        core_api = client.CoreV1Api(api_client)
+        core_api = TimedConfigMaps(client.CoreV1Api(api_client))
         store, group_store = ApiStore(core_api, namespace), GroupApiStore(core_api, namespace)
     else:
         store, group_store, keep = InProcessStore(), InProcessStore(), 0.0

@@ -78,8 +78,9 @@ class GroupApiStore(ApiStore):
 
     DATA_KEY = "groups"
 
-    def __init__(self, api: Any, namespace: str, *, name: str = CONFIG_MAP, max_attempts: int = 50) -> None:
-        super().__init__(api, namespace, max_attempts=max_attempts)
+    def __init__(self, api: Any, namespace: str, *, name: str = CONFIG_MAP, max_attempts: int = 50,
+                 budget_seconds: float = 3.5) -> None:
+        super().__init__(api, namespace, max_attempts=max_attempts, budget_seconds=budget_seconds)
         self.config_map = name
 
     def name_of(self, namespace: str) -> str:

@@ -342,12 +342,14 @@ def build_source(
     policy_file: str | None = None,
     policy: PolicyHolder | None = None,
     reservations: str | None = None,
+    ledger_budget_seconds: float = 3.5,
     start: bool = True,
     freeze_gc: bool = True,
 ) -> LiveSource:
     """A LiveSource watching the cluster (started unless `start` is False).
 
-    `reservations`: "memory" (in-process; one replica, the default) or "api" (ConfigMaps in
+    `ledger_budget_seconds`: how long one admission may spend writing the shared ledger (keep it under the
+    webhooks' timeoutSeconds). `reservations`: "memory" (in-process; one replica, the default) or "api" (ConfigMaps in
     `namespace`, shared by two or more replicas); None reads $GPU_ADMISSION_RESERVATIONS. `policy`: the
     process's holder, shared with the server (`serve` passes it); None makes one for `policy_file`.
     """
@@ -375,7 +377,8 @@ def build_source(
 
         keep = current.stale_after_seconds + current.stale_grace_seconds
         core_api = TimedConfigMaps(client.CoreV1Api(api_client))
-        store, group_store = ApiStore(core_api, namespace), GroupApiStore(core_api, namespace)
+        store = ApiStore(core_api, namespace, budget_seconds=ledger_budget_seconds)
+        group_store = GroupApiStore(core_api, namespace, budget_seconds=ledger_budget_seconds)
     else:
         store, group_store, keep = InProcessStore(), InProcessStore(), 0.0
     cache = ClusterCache(dra_classes=lambda: holder.get().dra_device_classes)

@@ -91,6 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $GPU_ADMISSION_RESERVATIONS, else memory)",
     )
     parser.add_argument(
+        "--ledger-budget",
+        type=float,
+        default=3.5,
+        metavar="SECONDS",
+        help="with --reservations api: the longest one admission may spend on the shared ledger, retries "
+        "included; keep it under the webhooks' timeoutSeconds so that nothing is reserved for a pod the API "
+        "server already gave up on (default 3.5, for the chart's 5 s)",
+    )
+    parser.add_argument(
         "--service",
         default=DEFAULT_SERVICE,
         metavar="NAME",
@@ -168,6 +177,8 @@ def _record_key() -> bytes:
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
+    if not 0.1 <= args.ledger_budget <= 30:
+        raise UserError(f"--ledger-budget must be from 0.1 to 30 seconds, got {args.ledger_budget:g}")
     if args.threads < 1:
         raise UserError(f"--threads must be at least 1, got {args.threads}")
     for bind in _binds(args):
@@ -245,6 +256,7 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
                     namespace=namespace,
                     policy_file=args.policy,
                     reservations=reservations,
+                    ledger_budget_seconds=args.ledger_budget,
                     **shared,
                 )
 

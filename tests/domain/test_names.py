@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from webhook.core.admission.updates import SCHEDULING_ANNOTATIONS
 from webhook.core.domain import names
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gpu-admission"
@@ -27,7 +28,12 @@ def test_the_opt_in_label_is_the_one_the_code_reads() -> None:
 
 def test_the_record_webhook_guards_the_annotation_the_code_writes() -> None:
     webhooks = (CHART / "templates" / "webhooks.yaml").read_text()
-    assert f"'{names.ALLOCATION}' in object.metadata.annotations" in webhooks
+    # The records webhook's matchConditions list the record and every annotation read at scheduling
+    # (core/admission/updates.py): an UPDATE changing one of them must reach the webhook.
+    condition = webhooks.split("name: may-reach-gpu", 1)[1].split("].exists(k,", 1)[0]
+    listed = {word.strip().strip("'") for word in condition.split("[", 1)[1].replace("\n", " ").split(",")}
+    assert listed == {names.ALLOCATION, *SCHEDULING_ANNOTATIONS}
+    assert "k in object.metadata.annotations" in webhooks
     assert f"apiGroups: [\"{names.GROUP}\"]" in webhooks
     rbac = (CHART / "templates" / "rbac.yaml").read_text()
     assert f"apiGroups: [\"{names.GROUP}\"]" in rbac and names.INVENTORY_PLURAL in rbac

@@ -8,7 +8,7 @@ import re
 import threading
 
 import pytest
-from e2e.harness import Replica, Webhook, api_client, create_namespace, gpu_container, pod
+from e2e.harness import NAMESPACE, Replica, Webhook, api_client, create_namespace, gpu_container, pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -77,6 +77,23 @@ def test_replicas_share_a_quota_exactly(
     stored = core.list_namespaced_pod(namespace).items
     assert sorted(p.metadata.name for p in stored) == sorted(created)
     assert all("gpu-admission.io/allocation" in p.metadata.annotations for p in stored)
+
+
+def test_a_deleted_ledger_heals_at_the_next_admission(
+    admin: client.ApiClient, core: client.CoreV1Api, webhook: Webhook
+) -> None:
+    namespace = "e2e-heal"
+    create_namespace(admin, namespace)
+    webhook.scale(2)
+    ledger = f"gpu-admission-ledger-{namespace}"
+    core.create_namespaced_pod(namespace, pod("before", [gpu_container(1)]))
+    assert core.read_namespaced_config_map(ledger, NAMESPACE).data["reservations"]
+    core.delete_namespaced_config_map(ledger, NAMESPACE)
+    for i in range(4):  # whichever replica answers, none is stuck on the deleted object
+        core.create_namespaced_pod(namespace, pod(f"after-{i}", [gpu_container(1)]))
+    uids = {core.read_namespaced_pod(f"after-{i}", namespace).metadata.uid for i in range(4)}
+    written = {e["uid"] for e in json.loads(core.read_namespaced_config_map(ledger, NAMESPACE).data["reservations"])}
+    assert written & uids  # the ledger exists again, holding admissions made after the deletion
 
 
 def test_with_every_replica_down_gpu_pods_wait_and_other_pods_pass(

@@ -110,7 +110,8 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
     assert serve._source_factory(parse("--in-cluster"), "gpu-admission")() == "live"
     assert serve._source_factory(parse("--in-cluster", "--reservations", "api", "--workers", "2"), "ns")() == "live"
     monkeypatch.setenv("GPU_ADMISSION_RESERVATIONS", "api")
-    assert serve._source_factory(parse("--kubeconfig", "kc", "--context", "c"), "ns")() == "live"
+    kubeconfig = parse("--kubeconfig", "kc", "--context", "c", "--ledger-budget", "9")
+    assert serve._source_factory(kubeconfig, "ns")() == "live"
     assert calls == [
         {
             "kubeconfig": None,
@@ -119,6 +120,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "namespace": "gpu-admission",
             "policy_file": None,
             "reservations": "memory",
+            "ledger_budget_seconds": 3.5,
         },
         {
             "kubeconfig": None,
@@ -127,6 +129,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "namespace": "ns",
             "policy_file": None,
             "reservations": "api",
+            "ledger_budget_seconds": 3.5,
         },
         {
             "kubeconfig": "kc",
@@ -135,6 +138,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "namespace": "ns",
             "policy_file": None,
             "reservations": "api",
+            "ledger_budget_seconds": 9.0,
         },
     ]
 

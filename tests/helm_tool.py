@@ -97,8 +97,14 @@ def helm_from_archive(archive: Path) -> bytes:
 class Helm:
     """Runs helm against the chart with a private HOME, so no user configuration leaks in."""
 
-    def __init__(self, binary: Path, home: Path) -> None:
+    RENDERING = frozenset({"template", "lint", "install", "upgrade"})
+    TEST_IMAGE = "registry.example.com/gpu-admission"
+
+    def __init__(self, binary: Path, home: Path, image: str | None = TEST_IMAGE) -> None:
+        """`image`: the image.repository every render gets (the chart requires one); None: the chart's
+        values as shipped."""
         self.binary = binary
+        self.image = image
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(home),
@@ -108,6 +114,8 @@ class Helm:
         }
 
     def run(self, *args: str) -> str:
+        if args and args[0] in self.RENDERING and self.image:
+            args = (args[0], "--set", f"image.repository={self.image}", *args[1:])
         proc = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=self.env, timeout=120)
         if proc.returncode != 0:
             raise HelmError(proc.stderr.strip() or proc.stdout.strip())

@@ -175,6 +175,7 @@ def install(plane: ControlPlane, api: client.ApiClient, values: dict[str, Any], 
     chart_values = copy.deepcopy(values)
     chart_values.setdefault("webhook", {}).update({"url": f"https://127.0.0.1:{port}", "reservations": "api"})
     chart_values["certificates"] = {"mode": "existingSecret", "existingSecret": {"caBundle": ca_bundle}}
+    chart_values.setdefault("image", {"repository": "localhost/gpu-admission"})  # the agent's; no kubelet pulls it
     values_file = workdir / "values.yaml"
     values_file.write_text(yaml.safe_dump(chart_values))
     helm(

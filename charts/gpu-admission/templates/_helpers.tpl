@@ -43,10 +43,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{- define "gpu-admission.image" -}}
+{{- $repository := required (printf "image.repository is required: no public registry carries this image. Build it from the project's Dockerfile and push it where your nodes can pull from: `docker build -t REGISTRY/gpu-admission:%s . && docker push REGISTRY/gpu-admission:%s`, then install with `--set image.repository=REGISTRY/gpu-admission`" .Chart.AppVersion .Chart.AppVersion) .Values.image.repository }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 
@@ -155,26 +156,22 @@ purpose: a pod sent here needlessly costs one fast-path answer.
 {{- join "\n|| " $terms }}
 {{- end }}
 
+{{/* The ServiceAccounts the webhook and the agent run as (made by the chart unless serviceAccount.create=false). */}}
+{{- define "gpu-admission.serviceAccountName" -}}
+{{- default (include "gpu-admission.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{- define "gpu-admission.agentServiceAccountName" -}}
+{{- printf "%s-agent" (include "gpu-admission.serviceAccountName" .) }}
+{{- end }}
+
+{{/* Restricted by default (values.yaml); every pod and container of the chart gets these. */}}
 {{- define "gpu-admission.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext }}
 {{- end }}
 
 {{- define "gpu-admission.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-privileged: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.securityContext }}
 {{- end }}
 
 {{/* The caBundle for the webhook configurations' clientConfig, where the chart knows it at render time. */}}

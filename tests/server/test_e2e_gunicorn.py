@@ -377,7 +377,8 @@ def test_certificate_rotation_without_restart(workdir: Path, cert_dir: Path, ser
 
 
 def test_client_ca_and_tls_1_3_only(workdir: Path, cert_dir: Path) -> None:
-    """--client-ca: a client without a certificate from that CA gets no answer; --tls-min 1.3 refuses 1.2."""
+    """--client-ca: a client without a certificate gets 403 on the admission endpoints (the probes stay open
+    for the kubelet), one with a certificate from another CA no connection; --tls-min 1.3 refuses 1.2."""
     clients = workdir / "client-ca"
     make_certificates(clients, "unused", "unused")
     cert, key = client_certificate(workdir, clients)
@@ -385,9 +386,25 @@ def test_client_ca_and_tls_1_3_only(workdir: Path, cert_dir: Path) -> None:
     extra = ["--cluster", str(cluster), "--client-ca", str(clients / "ca.crt"), "--tls-min", "1.3"]
     with running_server(workdir, cert_dir, extra, ready_client_cert=(cert, key)) as server:
         anonymous = server.connection()
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            post_json(anonymous, "/validate", gpu_pod_review(uid="anon"))
+        for endpoint in ("/validate", "/mutate"):
+            status, answer = post_json(anonymous, endpoint, gpu_pod_review(uid="anon"))
+            assert (status, answer["kind"], answer["code"]) == (403, "Status", 403)
+            assert "answer only the API server" in answer["message"]
+        anonymous.request("GET", "/healthz")
+        assert anonymous.getresponse().read() == b"ok\n"
         anonymous.close()
+        stranger = workdir / "stranger-ca"
+        make_certificates(stranger, "unused", "unused")
+        (workdir / "stranger").mkdir(exist_ok=True)
+        other_cert, other_key = client_certificate(workdir / "stranger", stranger)
+        foreign = server.context()
+        foreign.load_cert_chain(str(other_cert), str(other_key))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(
+            (ssl.SSLError, ConnectionError)
+        ), foreign.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            if not tls.recv(1):
+                raise ConnectionError("closed")
         old = server.context()
         old.load_cert_chain(str(cert), str(key))
         old.maximum_version = ssl.TLSVersion.TLSv1_2

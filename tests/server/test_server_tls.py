@@ -78,14 +78,24 @@ def test_unknown_minimum_version_is_refused(pair: certs.CertificatePaths) -> Non
         build_context(TlsFiles(str(pair.cert), str(pair.key), min_version="1.1"))
 
 
-def test_client_ca_requires_a_client_certificate(tmp_path: Path) -> None:
+def test_client_ca_verifies_any_certificate_sent_and_lets_probes_connect_without_one(tmp_path: Path) -> None:
+    """CERT_OPTIONAL: the kubelet's probes connect without a certificate (the admission endpoints then
+    refuse such a caller, tests/server/test_e2e_gunicorn.py); a certificate from another CA fails the
+    handshake; one from the client CA is accepted."""
     server = certs.issue_certificates(tmp_path / "server", "gpu-admission", "gpu-admission")
     clients = certs.issue_certificates(tmp_path / "clients", "unused", "unused")
+    strangers = certs.issue_certificates(tmp_path / "strangers", "unused", "unused")
     context = build_context(TlsFiles(str(server.cert), str(server.key), client_ca=str(clients.ca_cert)))
-    assert context.verify_mode == ssl.CERT_REQUIRED
-    anonymous = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)  # 1.2: failure inside handshake
+    assert context.verify_mode == ssl.CERT_OPTIONAL
+    anonymous = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)
+    assert handshake(context, anonymous) == der(server.cert)
+    (tmp_path / "stranger").mkdir()
+    cert, key = client_certificate(tmp_path / "stranger", tmp_path / "strangers")
+    foreign = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)  # 1.2: failure inside handshake
+    foreign.load_cert_chain(str(cert), str(key))
     with pytest.raises(ssl.SSLError):
-        handshake(context, anonymous)
+        handshake(context, foreign)
+    assert strangers.ca_cert != clients.ca_cert
     cert, key = client_certificate(tmp_path, tmp_path / "clients")
     authenticated = client_context(server.ca_cert, maximum=ssl.TLSVersion.TLSv1_2)
     authenticated.load_cert_chain(str(cert), str(key))

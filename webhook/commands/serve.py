@@ -74,7 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="worker processes (default 1: reservations are in-process, keep one worker)",
     )
     parser.add_argument("--threads", type=int, default=8, metavar="N", help="threads per worker (default 8)")
-    parser.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    parser.add_argument(
+        "--client-ca",
+        metavar="FILE",
+        help="answer /mutate and /validate only to clients presenting a certificate signed by this CA (the API "
+        "server's, per its AdmissionConfiguration); the probes and /metrics stay open",
+    )
     parser.add_argument("--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     parser.add_argument(
@@ -141,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             cert_file=tls_files.cert_file,
             record_key=record_key,
+            require_client_cert=bool(args.client_ca),
         )
         return create_app(config)
 

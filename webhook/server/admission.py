@@ -203,6 +203,12 @@ class AdmissionHandler:
         reason = f"request body not received in full: {err.strerror or err}"
         return self._bad_request(endpoint, "", rv.ReviewError(408, reason), time.perf_counter())
 
+    def forbidden(self, endpoint: str, reason: str) -> Answer:
+        """A caller that may not post reviews at all: answered before the body is read."""
+        self.metrics.duration.labels(endpoint, "rejected").observe(0.0)
+        log.warning("refused: %s", reason, extra={"endpoint": endpoint, "code": 403})
+        return Answer(403, _status_body(403, reason))
+
     def _bad_request(self, endpoint: str, uid: str, err: rv.ReviewError, started: float) -> Answer:
         self.metrics.bad_requests.labels(endpoint, str(err.http_status)).inc()
         self.metrics.duration.labels(endpoint, "rejected").observe(time.perf_counter() - started)

@@ -44,6 +44,10 @@ class ServerConfig:
     record_key: bytes | None = None
     """The key that seals decision records; every process and replica of one webhook needs the same one
     (`serve` reads it from $GPU_ADMISSION_RECORD_KEY_FILE, the chart's Secret). None: a random key."""
+    require_client_cert: bool = False
+    """Answer /mutate and /validate only over a connection that presented a client certificate the TLS
+    layer verified (`serve --client-ca`): only the API server may make the webhook reserve anything. The
+    probes and /metrics stay open to the kubelet, which presents none."""
 
 
 def create_app(config: ServerConfig) -> Flask:
@@ -61,9 +65,9 @@ def create_app(config: ServerConfig) -> Flask:
         namespace=config.namespace,
     )
     app.extensions[EXTENSION] = handler
-    app.register_blueprint(admission_blueprint(handler))
+    app.register_blueprint(admission_blueprint(handler, config.require_client_cert))
     app.register_blueprint(probes_blueprint())
-    app.wsgi_app = AdmissionLane(app.wsgi_app, handler)  # type: ignore[method-assign]
+    app.wsgi_app = AdmissionLane(app.wsgi_app, handler, config.require_client_cert)  # type: ignore[method-assign]
     return app
 
 
@@ -72,17 +76,17 @@ def handler_of(app: Flask) -> AdmissionHandler:
     return found
 
 
-def admission_blueprint(handler: AdmissionHandler) -> Blueprint:
+def admission_blueprint(handler: AdmissionHandler, require_client_cert: bool = False) -> Blueprint:
     """/mutate and /validate, bound to their handler (no `current_app` look-up on every request)."""
     bp = Blueprint("admission", __name__)
 
     @bp.post("/mutate")
     def mutate() -> Response:
-        return _admit(handler, "mutate")
+        return _admit(handler, "mutate", require_client_cert)
 
     @bp.post("/validate")
     def validate() -> Response:
-        return _admit(handler, "validate")
+        return _admit(handler, "validate", require_client_cert)
 
     return bp
 
@@ -100,9 +104,10 @@ class AdmissionLane:
     WSGI rows). The routes stay registered in the blueprint on the same code path, so the app answers
     identically without this lane (tests/server/test_server_lane.py compares the two)."""
 
-    def __init__(self, inner: WsgiApp, handler: AdmissionHandler) -> None:
+    def __init__(self, inner: WsgiApp, handler: AdmissionHandler, require_client_cert: bool = False) -> None:
         self.inner = inner
         self.handler = handler
+        self.require_client_cert = require_client_cert
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         endpoint = ADMISSION_PATHS.get(environ.get("PATH_INFO", ""))
@@ -110,8 +115,9 @@ class AdmissionLane:
             return self.inner(environ, start_response)
         raw_length = environ.get("CONTENT_LENGTH")
         length = int(raw_length) if raw_length and raw_length.isdigit() else None
-        answer = _read_and_handle(self.handler, endpoint, get_input_stream(environ, max_content_length=None),
-                                  environ.get("CONTENT_TYPE"), length)
+        answer = (self.require_client_cert and _anonymous(self.handler, endpoint, environ)) or _read_and_handle(
+            self.handler, endpoint, get_input_stream(environ, max_content_length=None), environ.get("CONTENT_TYPE"),
+            length)
         body = jsoncodec.dumps(answer.body)
         start_response(_STATUS.get(answer.http_status) or f"{answer.http_status} UNKNOWN",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -142,8 +148,23 @@ def probes_blueprint() -> Blueprint:
     return bp
 
 
-def _admit(handler: AdmissionHandler, endpoint: str) -> Response:
+def _admit(handler: AdmissionHandler, endpoint: str, require_client_cert: bool) -> Response:
+    refused = require_client_cert and _anonymous(handler, endpoint, request.environ)
+    if refused:
+        return _json(refused)
     return _json(_read_and_handle(handler, endpoint, request.stream, request.content_type, request.content_length))
+
+
+def _anonymous(handler: AdmissionHandler, endpoint: str, environ: dict[str, Any]) -> Answer | None:
+    """403 for a caller that presented no verified client certificate (the TLS layer checked any it sent
+    against --client-ca, so a certificate here is one that CA signed)."""
+    sock = environ.get("gunicorn.socket")
+    getpeercert = getattr(sock, "getpeercert", None)
+    if getpeercert is not None and getpeercert():
+        return None
+    return handler.forbidden(endpoint, "the admission endpoints answer only the API server: present a client "
+                             "certificate signed by the webhook's --client-ca (the API server's AdmissionConfiguration "
+                             "kubeConfigFile)")
 
 
 def _read_and_handle(handler: AdmissionHandler, endpoint: str, stream: Any, content_type: str | None,

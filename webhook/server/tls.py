@@ -170,8 +170,10 @@ def build_context(files: TlsFiles) -> ssl.SSLContext:
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
     context.load_cert_chain(certfile=files.cert_file, keyfile=files.key_file)
     if files.client_ca:
+        # Optional at the handshake, so that the kubelet's probes (which present none) still connect; a
+        # certificate that is sent must verify, and the admission endpoints refuse a caller without one.
         context.load_verify_locations(cafile=files.client_ca)
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL
     else:
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -167,6 +167,7 @@ class ControlPlane:
         )
         self.api_port = free_port()
         self.admin_kubeconfig = self._client_kubeconfig(ca, "admin", ("system:masters",))
+        admission_config = self._webhook_client_config(ca)
         etcd_client, etcd_peer = free_port(), free_port()
         self._spawn(
             "etcd",
@@ -200,6 +201,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--enable-priority-and-fairness=true",
+                f"--admission-control-config-file={admission_config}",
                 "--v=1",
             ],
         )
@@ -235,6 +237,34 @@ class ControlPlane:
             self.server, self.ca_file, {"client-certificate": str(cert_file), "client-key": str(key_file)}
         )
         return self._write(self.workdir / f"{stem}.kubeconfig", yaml.safe_dump(config).encode())
+
+    def _webhook_client_config(self, ca: Authority) -> Path:
+        """The API server presents a client certificate of this CA to every webhook (AdmissionConfiguration
+        with a kubeConfigFile whose user "*" matches any webhook host), so a webhook can tell it apart."""
+        cert, key = ca.issue("kube-apiserver-webhook-client")
+        pki = self.workdir / "pki"
+        cert_file = self._write(pki / "webhook-client.crt", cert)
+        key_file = self._write(pki / "webhook-client.key", key)
+        users = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [{"name": "*", "user": {"client-certificate": str(cert_file), "client-key": str(key_file)}}],
+        }
+        config_file = self._write(self.workdir / "webhook-client.kubeconfig", yaml.safe_dump(users).encode())
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(config_file),
+        }
+        admission = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {"name": name, "configuration": webhook}
+                for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+            ],
+        }
+        return self._write(self.workdir / "admission.yaml", yaml.safe_dump(admission).encode())
 
     def token_kubeconfig(self, token: str, name: str) -> Path:
         """A kubeconfig that authenticates with a bearer token (a ServiceAccount's)."""

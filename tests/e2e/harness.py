@@ -95,6 +95,7 @@ class Webhook:
         command += ["--bind", f"127.0.0.1:{self.port}", "--bind", f"127.0.0.1:{port}", "--reuse-port"]
         command += ["--namespace", NAMESPACE, "--policy", str(self.policy_file)]
         command += ["--reservations", self.reservations, "--log-level", "warning"]
+        command += ["--client-ca", str(self.plane.ca_file)]  # only the API server's client certificate
         process = spawn(command, log_file, env=env, cwd=self.workdir)
         replica = Replica(process, port, log_file)
         self._wait_ready(replica, timeout)

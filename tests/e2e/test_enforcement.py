@@ -174,3 +174,43 @@ def test_a_pending_pod_that_gains_a_route_to_a_gpu_by_update_is_refused(core: cl
     assert err.status == 403 and "gpu-fraction" in message(err)
     # Labels and other annotations still pass.
     core.patch_namespaced_pod("cpu-later-gpu", NS, {"metadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}}})
+
+
+def test_a_review_forged_by_a_tenant_is_refused_and_reserves_nothing(core: client.CoreV1Api, webhook: Any) -> None:
+    """Anyone who reaches the webhook's address can post an AdmissionReview; only the API server presents
+    the client certificate (its AdmissionConfiguration) that --client-ca accepts."""
+    import http.client
+    import ssl
+
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": NS,
+            "operation": "CREATE",
+            "userInfo": {"username": "tenant"},
+            "object": {
+                **pod("forged", [gpu_container(8)]),
+                "metadata": {"name": "forged", "namespace": NS, "uid": "forged-uid"},
+            },
+        },
+    }
+    context = ssl.create_default_context(cafile=str(webhook.cert_dir / "ca.crt"))
+    conn = http.client.HTTPSConnection("127.0.0.1", webhook.port, context=context, timeout=10)
+    conn.request("POST", "/validate", body=json.dumps(review), headers={"Content-Type": "application/json"})
+    answer = conn.getresponse()
+    body = json.loads(answer.read())
+    conn.close()
+    assert (answer.status, body["kind"]) == (403, "Status")
+    assert "answer only the API server" in body["message"]
+    # nothing held: the namespace can still take what its quota leaves (the test before freed it)
+    ledger = f"gpu-admission-ledger-{NS}"
+    try:
+        entries = core.read_namespaced_config_map(ledger, "gpu-admission").data["reservations"]
+    except ApiException as err:
+        assert err.status == 404
+        entries = "[]"
+    assert "forged-uid" not in entries

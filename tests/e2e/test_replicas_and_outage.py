@@ -57,26 +57,33 @@ def answered(webhook: Webhook, replica: Replica) -> float:
 def test_replicas_share_a_quota_exactly(
     admin: client.ApiClient, core: client.CoreV1Api, webhook: Webhook, replicas: int
 ) -> None:
-    namespace = f"e2e-shared-{replicas}"
-    create_namespace(admin, namespace)
-    core.create_namespaced_resource_quota(
-        namespace, {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": str(QUOTA)}}}
-    )
     webhook.scale(replicas)
-    before = [answered(webhook, r) for r in webhook.replicas]
-    created, refused = burst(webhook, namespace, 16)
-    busy = [answered(webhook, r) - b for r, b in zip(webhook.replicas, before, strict=True)]
-    assert sum(1 for n in busy if n) >= 2, f"admissions per replica: {busy}"
-    assert len(created) == QUOTA, refused
-    # every refusal is ours: none reached the API server's own ResourceQuota check, which would have
-    # caught a quota our replicas together over-admitted
-    assert len(refused) == 16 - QUOTA
-    for text in refused:
-        assert 'gpu-admission.io" denied the request' in text and "ResourceQuota" in text, text
-        assert "exceeded quota" not in text, text
-    stored = core.list_namespaced_pod(namespace).items
-    assert sorted(p.metadata.name for p in stored) == sorted(created)
-    assert all("gpu-admission.io/allocation" in p.metadata.annotations for p in stored)
+    # The API server reuses its kept-alive connections, and the kernel spreads only new ones over the
+    # replicas: a burst may now and then reach one replica alone. Such a burst proves nothing about
+    # sharing, so it is repeated in a fresh namespace (each must hold its quota exactly either way).
+    spread: list[list[float]] = []
+    for attempt in range(4):
+        namespace = f"e2e-shared-{replicas}-{attempt}"
+        create_namespace(admin, namespace)
+        core.create_namespaced_resource_quota(
+            namespace, {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": str(QUOTA)}}}
+        )
+        before = [answered(webhook, r) for r in webhook.replicas]
+        created, refused = burst(webhook, namespace, 16)
+        spread.append([answered(webhook, r) - b for r, b in zip(webhook.replicas, before, strict=True)])
+        assert len(created) == QUOTA, refused
+        # every refusal is ours: none reached the API server's own ResourceQuota check, which would have
+        # caught a quota our replicas together over-admitted
+        assert len(refused) == 16 - QUOTA
+        for text in refused:
+            assert 'gpu-admission.io" denied the request' in text and "ResourceQuota" in text, text
+            assert "exceeded quota" not in text, text
+        stored = core.list_namespaced_pod(namespace).items
+        assert sorted(p.metadata.name for p in stored) == sorted(created)
+        assert all("gpu-admission.io/allocation" in p.metadata.annotations for p in stored)
+        if sum(1 for n in spread[-1] if n) >= 2:
+            return
+    raise AssertionError(f"no burst reached two replicas: admissions per replica in each {spread}")
 
 
 def test_a_deleted_ledger_heals_at_the_next_admission(

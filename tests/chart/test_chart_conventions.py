@@ -3,6 +3,7 @@ ServiceAccounts and RBAC can be brought by the user, and the security contexts c
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import helm_tool
@@ -74,3 +75,20 @@ def test_security_contexts_are_restricted_by_default_and_overridable(helm: helm_
         assert spec["securityContext"]["runAsUser"] == 1000 and "fsGroup" not in spec["securityContext"]
         assert all("privileged" not in c["securityContext"] for c in spec["containers"])
         assert all(c["securityContext"]["readOnlyRootFilesystem"] for c in spec["containers"])
+
+
+def test_client_auth_mounts_the_api_servers_ca_and_passes_it_to_the_server(helm: helm_tool.Helm) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+    docs = helm.template({"webhook": {"clientAuth": {"caBundle": base64.b64encode(pem.encode()).decode()}}})
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-client-ca"))
+    assert config["data"]["ca.crt"] == pem
+    server = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = server["containers"][0]
+    assert "--client-ca=/etc/gpu-admission/client-ca/ca.crt" in container["args"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "client-ca")
+    assert mount["mountPath"] == "/etc/gpu-admission/client-ca"
+    assert any(
+        v["name"] == "client-ca" and v["configMap"]["name"] == config["metadata"]["name"] for v in server["volumes"]
+    )
+    plain = next(d for d in helm.template({}) if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert not any(a.startswith("--client-ca") for a in plain["containers"][0]["args"])

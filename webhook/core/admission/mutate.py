@@ -21,6 +21,7 @@ from webhook.core.domain.model import (
     Snapshot,
     TopologyClass,
 )
+from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.domain.refusal import Refusal
 from webhook.core.placement import group_place, mig
 from webhook.core.placement.context import PlacementContext, WorkloadShape
@@ -308,7 +309,7 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     return ops
 
 
-MODEL_LABEL = "nvidia.com/gpu.product"
+MODEL_LABEL = GPU_PRODUCT_LABEL
 
 
 def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:

@@ -20,9 +20,13 @@ from webhook.core.podspec.vendors import memory_name, selector_names
 from webhook.core.policy.model import Policy
 
 
-def _matches(model: str, patterns: tuple[str, ...]) -> bool:
+def matches_model(model: str, patterns: tuple[str, ...]) -> bool:
+    """allowedModels' semantics: case-insensitive substrings of the model name."""
     lowered = model.lower()
     return any(p.strip().lower() in lowered for p in patterns if p.strip())
+
+
+_matches = matches_model
 
 
 def model_allowed(model: str, request: PodRequest, allowed_models: tuple[str, ...] = ()) -> bool:

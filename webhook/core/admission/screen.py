@@ -10,6 +10,7 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
 from webhook.core.podspec.record import ANNOTATION, Sealed
@@ -18,7 +19,7 @@ from webhook.core.podspec.vendors import enforced_backend, is_mapping, kept_for_
 from webhook.core.policy.model import Policy
 
 from . import dra, isolation, node_routes, trust
-from .rules import check_policy, whole_cards
+from .rules import check_policy, matches_model, whole_cards
 from .scope import is_managed
 
 MAX_VIOLATIONS = 5  # a denial names this many; a pod of 20,000 bad containers gets a short message
@@ -68,6 +69,22 @@ def _kept_mismatch(request: PodRequest, recorded: Allocation) -> str | None:
     return None
 
 
+def _stale_models(recorded: Allocation, required: Mapping[str, Any] | None, snapshot: Snapshot,
+                  allowed_models: tuple[str, ...]) -> str | None:
+    """A GPU model the record places the pod on that the namespace's allowedModels no longer admit (a
+    record sealed before the policy changed, or copied from such a pod): the recorded model, any model
+    its required term lets the scheduler choose, and the model of any node that term names."""
+    if not allowed_models:
+        return None
+    models = [recorded.model]
+    values = [v for v in list_of((required or {}).get("values")) if isinstance(v, str)]
+    if (required or {}).get("key") == GPU_PRODUCT_LABEL:
+        models += values
+    else:  # a list of node names: the model of each
+        models += [n.gpu_model for name in values if (n := snapshot.nodes.get(name)) is not None]
+    return next((m for m in models if m and not matches_model(m, allowed_models)), None)
+
+
 def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: bytes,
             validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
@@ -109,6 +126,14 @@ def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace
                                   f"pod asks for {request.gpus} {request.vendor} GPU(s) but its {ANNOTATION} "
                                   f"records {recorded.gpu_count} {recorded.vendor}: another webhook or the user "
                                   "changed it; remove the annotation and resubmit"), None
+        stale = _stale_models(recorded, sealed.required if sealed else None, snapshot,
+                              policy.rule(request.namespace).allowed_models)
+        if stale:
+            return request, denied(403, "record-stale",
+                                  f"the pod's {ANNOTATION} places it on GPU model {stale}, which namespace "
+                                  f"{request.namespace} may no longer use (policy namespaces.{request.namespace}."
+                                  "allowedModels): remove the annotation and resubmit, so that the pod is placed "
+                                  "under the current policy"), None
         changed = _kept_mismatch(request, recorded)
         if changed:
             return request, denied(403, "annotation-mismatch",

@@ -39,3 +39,4 @@ QUOTA_CORES = "limits.nvidia.com/gpucores"
 # Placement policies (node choice), and the GPU policies inside a node.
 PLACEMENT_POLICIES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewest-tasks", "fragmentation")
 GPU_PLACEMENTS = ("binpack", "spread")
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU Feature Discovery's model label, required affinity's key

@@ -35,6 +35,7 @@ from webhook.core.podspec.podshape import shape_error
 from webhook.core.podspec.record import sealed_text, shape_of
 from webhook.core.podspec.vendors import (
     COUNT_RESOURCES,
+    SELECTORS,
     TOPOLOGY_MODELLED,
     mapping_of,
     unenforced_slice,
@@ -43,7 +44,7 @@ from webhook.core.policy.model import Policy
 
 from . import dra, isolation, slices
 from .quota import check_quota
-from .rules import check_satisfiable
+from .rules import check_satisfiable, matches_model
 from .scope import DEFAULT_SCHEDULERS
 from .screen import backend_of, screen
 
@@ -294,6 +295,7 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
     also = (group_required,) if group_required is not None else ()
+    selector: dict[str, str] = {}
     if request.scheduler_name in DEFAULT_SCHEDULERS:
         if placement is not None:
             required = _required(placement, snapshot, policy)
@@ -301,12 +303,35 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
                                         also, group_preferred)
         elif required is not None:
             ops += patches.affinity_ops(pod, required, [], also)
-    else:
-        required = group_required = None
+    else:  # another scheduler places it: it honours node affinity, and HAMi's its own model annotation
+        group_required = None
+        required = _allowed_models_term(request, snapshot, policy)
+        if required is not None:
+            ops += patches.affinity_ops(pod, required, [])
+            selector = _model_selector(request, policy)
     text = sealed_text(allocation, required, shape_of(request.namespace, request.containers), key, group_required,
                        nonce)
-    ops += patches.record_ops(pod, allocation, text)
+    ops += patches.record_ops(pod, allocation, text, selector)
     return ops
+
+
+def _allowed_models_term(request: PodRequest, snapshot: Snapshot, policy: Policy) -> dict[str, Any] | None:
+    """For a pod another scheduler places, in a namespace with allowedModels: the required term naming the
+    GPU models of the cluster those admit (the patterns themselves when no node has one yet)."""
+    allowed = policy.rule(request.namespace).allowed_models
+    if not allowed:
+        return None
+    models = {n.labels.get(MODEL_LABEL) or n.gpu_model for n in snapshot.nodes.values()}
+    values = sorted(m for m in models if m and matches_model(m, allowed)) or sorted(allowed)
+    return {"key": MODEL_LABEL, "operator": "In", "values": values}
+
+
+def _model_selector(request: PodRequest, policy: Policy) -> dict[str, str]:
+    """HAMi's use-gputype annotation for the vendor (its scheduler filters each card by it: a node may hold
+    several models), unless the pod names models itself (check_policy held those to allowedModels)."""
+    if request.models_include or request.vendor not in SELECTORS:
+        return {}
+    return {SELECTORS[request.vendor][0]: ",".join(policy.rule(request.namespace).allowed_models)}
 
 
 MODEL_LABEL = GPU_PRODUCT_LABEL

@@ -37,8 +37,9 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
                      f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
                      "it (it may be unavailable); retry the create")
     recorded = sealed.allocation
-    if (sealed.required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
-            and trust.affinity_lacks(request.raw, sealed.required)):
+    # A required term is sealed for a default-scheduler pod, and for another scheduler's pod where the
+    # namespace's allowedModels restrict it (that scheduler honours node affinity too).
+    if sealed.required is not None and trust.affinity_lacks(request.raw, sealed.required):
         return denied(403, "affinity-changed",
                      f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "

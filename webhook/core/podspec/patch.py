@@ -171,15 +171,20 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     return _set(("spec", "affinity"), old, affinity)
 
 
-def record_ops(pod: Mapping[str, Any], allocation: Allocation, value: str | None = None) -> list[Op]:
-    """The decision annotation (`value`: its sealed text, see record.sealed_text) and the managed label."""
+def record_ops(pod: Mapping[str, Any], allocation: Allocation, value: str | None = None,
+               annotations: Mapping[str, str] | None = None) -> list[Op]:
+    """The decision annotation (`value`: its sealed text, see record.sealed_text), any other `annotations`
+    the decision writes, and the managed label."""
     meta = _map(pod.get("metadata"))
     value = record_value(allocation) if value is None else value
+    wanted_by_key = {"annotations": {**(annotations or {}), ANNOTATION: value}, "labels": {MANAGED_LABEL: "true"}}
     ops: list[Op] = []
-    for key, name, wanted in (("annotations", ANNOTATION, value), ("labels", MANAGED_LABEL, "true")):
+    for key, wanted in wanted_by_key.items():
         current = meta.get(key)
         if not is_mapping(current):
-            ops.append({"op": "add", "path": pointer("metadata", key), "value": {name: wanted}})
-        elif current.get(name) != wanted:
-            ops.append({"op": "add", "path": pointer("metadata", key, name), "value": wanted})
+            ops.append({"op": "add", "path": pointer("metadata", key), "value": dict(wanted)})
+            continue
+        for name, text in wanted.items():
+            if current.get(name) != text:
+                ops.append({"op": "add", "path": pointer("metadata", key, name), "value": text})
     return ops

@@ -159,7 +159,8 @@ class GroupLedger:
         return records
 
     def commit(self, ref: GroupRef, allocation: Allocation, member: str, *,
-               free: Callable[[Mapping[str, GroupRecord]], int] | None = None) -> GroupRecord | str:
+               free: Callable[[Mapping[str, GroupRecord]], int] | None = None,
+               quota_room: int | None = None) -> GroupRecord | str:
         """Record `member` of `ref` in the domain its allocation names: the record, or the refusal of
         `core.groups.commit` (the domain is no longer the group's to take: another group's pods still
         to come need it). `free(records)`: the domain's free GPUs before this member, given the records
@@ -170,7 +171,7 @@ class GroupLedger:
             by_key = {e.key: e for e in entries}
             records = {k: e.record for k, e in by_key.items()}
             outcome = commit(records, ref, level, domain, allocation.gpu_count, member,
-                             free=None if free is None else free(records))
+                             free=None if free is None else free(records), quota_room=quota_room)
             if isinstance(outcome, str):
                 return None, outcome
             before = by_key.get(outcome.key)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.admission.isolation import env_reads, with_env_reads
+from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
@@ -184,7 +185,9 @@ class LiveSource:
                 return room
 
             # Inside the reservation's transaction: refused here, the pod reserves nothing either.
-            outcome = self.groups.commit(group, allocation, uid, free=free)
+            room = gpu_room(namespace, view)  # the view counts every reservation but this pod's
+            outcome = self.groups.commit(group, allocation, uid, free=free,
+                                         quota_room=None if room is None else room - allocation.gpu_count)
             if isinstance(outcome, str):
                 return denied(403, REFUSAL_REASON, refusal_message(group, outcome), warnings=decision.warnings)
             joined.append(outcome.key)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from webhook.core.admission.isolation import Reads, env_reads, with_env_reads
+from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.placement.group_room import GroupOutcomes, domain_free, has_domains
@@ -134,7 +135,9 @@ class StaticSource:
             if group is not None and allocation.group and allocation.domain:
                 level, _, value = allocation.domain.partition("=")
                 room = domain_free(view, allocation.domain)
-                outcome = commit_member(self._groups, group, level, value, allocation.gpu_count, uid, free=room)
+                quota = gpu_room(namespace, view)
+                outcome = commit_member(self._groups, group, level, value, allocation.gpu_count, uid, free=room,
+                                        quota_room=None if quota is None else quota - allocation.gpu_count)
                 if isinstance(outcome, str):
                     self.outcomes.count("waiting", group.key)
                     return denied(403, "group-domain-taken",

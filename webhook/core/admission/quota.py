@@ -65,3 +65,13 @@ def _limits(quota: QuotaLimits) -> list[tuple[str, str, str, int | None]]:
     """(field, quota key, unit, limit) of every key the quota sets: NVIDIA's three, then the others."""
     found = [(attr, key, unit, getattr(quota, attr)) for attr, key, unit in KEYS]
     return found + [("keys", key, UNITS.get(key, ""), limit) for key, limit in quota.keys] if quota.keys else found
+
+
+def gpu_room(namespace: str, snapshot: Snapshot) -> int | None:
+    """GPUs the namespace's quotas (`requests.nvidia.com/gpu`) still allow, reservations counted; None
+    when no quota limits its GPU count."""
+    limits = [q.gpus for q in snapshot.quotas.get(namespace, ()) if q.gpus is not None]
+    if not limits:
+        return None
+    used = snapshot.namespace_usage.get(namespace, _NOTHING_USED).gpus
+    return max(min(limits) - used, 0)

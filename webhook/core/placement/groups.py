@@ -226,7 +226,7 @@ def promised_in(records: Mapping[str, GroupRecord], level: str, domain: str, bes
 
 
 def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain: str, gpus_per_pod: int,
-           member: str, *, free: int | None = None) -> GroupRecord | str:
+           member: str, *, free: int | None = None, quota_room: int | None = None) -> GroupRecord | str:
     """The group's record with `member` added (created when the group has none), or a refusal message
     when the domain cannot be the group's: another group's record already promises what it needs.
 
@@ -236,7 +236,11 @@ def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain
     promises. Two groups racing for the last domain: the second to commit sees the first's promise and
     is refused, so one waits and neither is half in. With no other group's promise there, a group may
     take a domain that is busy now (it waits for room, as admission warned). Without `free`, only the
-    group's own record is checked."""
+    group's own record is checked.
+
+    `quota_room`: GPUs the namespace's quota still allows beyond this member (None: no GPU quota). A new
+    group's stated size is a promise that holds the domain against other groups; it is cut to the pods the
+    namespace could ever add, so that pods stating a size they cannot reach hold nothing beyond it."""
     record = records.get(ref.key)
     if record is not None:
         if (record.level, record.domain) != (level, domain):
@@ -248,6 +252,8 @@ def commit(records: Mapping[str, GroupRecord], ref: GroupRef, level: str, domain
         needs = gpus_per_pod if beyond_promise else 0
     else:
         size = ref.size
+        if size is not None and quota_room is not None and gpus_per_pod > 0:
+            size = max(1, min(size, 1 + max(quota_room, 0) // gpus_per_pod))
         needs = (size if size is not None else ref.minimum) * gpus_per_pod
         record = GroupRecord(ref.namespace, ref.name, level, domain, size, gpus_per_pod)
     if free is not None and needs:

@@ -375,3 +375,13 @@ def test_check_reads_claim_templates_written_next_to_the_workload(tmp_path: Path
     (alone,) = json.loads(capsys.readouterr().out)["results"]
     assert alone["allowed"] is False and "ResourceClaimTemplate team-a/gpu-claim-template is not known" in alone[
         "message"]
+
+
+def test_a_claim_on_nvidias_vfio_class_counts_as_gpus() -> None:
+    """NVIDIA's DRA driver also installs vfio.gpu.nvidia.com (GPUs bound to vfio-pci for a VM): counted."""
+    vfio = {"metadata": {"name": "vm-gpus", "namespace": "team-a"}, "spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "vfio.gpu.nvidia.com", "allocationMode": "ExactCount",
+                                    "count": 2}}]}}}
+    snap = dataclasses.replace(cluster(), claims={**CLAIMED, "team-a/vm-gpus": dra.read_claim(vfio)})
+    m, _, _ = chain(claim_pod("vm-gpus"), snap)
+    assert m.allowed and m.allocation is not None and m.allocation.gpu_count == 2

@@ -20,7 +20,9 @@ BACKENDS = ("hami-core", "mps", "none")
 WHEN_FULL = ("admit", "deny")
 ON_STALE = ("deny", "allow")
 MANAGED_MODES = ("labelled", "all")
-DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")  # NVIDIA's DRA driver for GPUs
+# NVIDIA's DRA driver for GPUs: whole GPUs, MIG devices, and GPUs bound to vfio-pci for passthrough (a
+# VM's GPU is a GPU). Its ComputeDomain classes hand out IMEX channels, no GPU.
+DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")
 GPU_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")  # the GPU operator's RuntimeClasses
 ISOLATION_ACTIONS = ("neutralise", "deny")
 # Unread envFrom sources (Secrets): `warn` admits GPU containers with a warning only, for platforms that

@@ -33,10 +33,6 @@ ALLOCATION = Allocation(
 )
 
 
-
-
-
-
 def client_for(calls: Calls, source: StaticSource | None = None) -> FlaskClient:
     return make_app(fake_core(calls.mutate, calls.validate), source).test_client()
 
@@ -438,3 +434,24 @@ def test_two_apps_have_independent_registries() -> None:
     post(first, "/mutate", gpu_pod_review())
     assert 'endpoint="mutate",result="allowed"} 1.0' in first.get("/metrics").get_data(as_text=True)
     assert 'endpoint="mutate",result="allowed"}' not in second.get("/metrics").get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "code", "reason"),
+    [
+        ("GET", "/mutate", 405, "MethodNotAllowed"),
+        ("PUT", "/validate", 405, "MethodNotAllowed"),
+        ("GET", "/nowhere", 404, "NotFound"),
+        ("POST", "/admit", 404, "NotFound"),
+    ],
+)
+def test_unknown_paths_and_wrong_methods_are_answered_as_kubernetes_status(
+    coreless_client: FlaskClient, method: str, path: str, code: int, reason: str
+) -> None:
+    response = coreless_client.open(path, method=method)
+    body = response.get_json()
+    assert response.status_code == code and response.content_type == "application/json"
+    assert (body["kind"], body["status"], body["code"], body["reason"]) == ("Status", "Failure", code, reason)
+    assert path in body["message"]
+    if code == 405:
+        assert "POST" in response.headers["Allow"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
+from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
 
@@ -67,6 +68,8 @@ def create_app(config: ServerConfig) -> Flask:
     app.extensions[EXTENSION] = handler
     app.register_blueprint(admission_blueprint(handler, config.require_client_cert))
     app.register_blueprint(probes_blueprint())
+    for code in (404, 405):
+        app.register_error_handler(code, _status_error)
     app.wsgi_app = AdmissionLane(app.wsgi_app, handler, config.require_client_cert)  # type: ignore[method-assign]
     return app
 
@@ -146,6 +149,20 @@ def probes_blueprint() -> Blueprint:
         return Response(handler_of(current_app).metrics.exposition(), 200, content_type=CONTENT_TYPE_LATEST)
 
     return bp
+
+
+def _status_error(error: HTTPException) -> Response:
+    """404 and 405 as a Kubernetes `Status`, like every other error this server answers."""
+    code = error.code or 500
+    message = f"{request.method} {request.path}: {error.description or error.name}"
+    if code == 405:
+        message = f"{request.method} {request.path}: method not allowed (admission endpoints take POST)"
+    body = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+            "reason": "NotFound" if code == 404 else "MethodNotAllowed", "message": message}
+    response = Response(jsoncodec.dumps(body), code, mimetype="application/json")
+    if code == 405 and getattr(error, "valid_methods", None):
+        response.headers["Allow"] = ", ".join(error.valid_methods)  # type: ignore[attr-defined]
+    return response
 
 
 def _admit(handler: AdmissionHandler, endpoint: str, require_client_cert: bool) -> Response:

@@ -154,6 +154,26 @@ def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     return value
 
 
+# Every field of the policy file, by where it sits ("namespaces.*": each namespace's rule, "x[]": each item
+# of the list x). The parser refuses any other; the chart's values schema is generated from this table
+# (tests/chart/test_chart_policy_schema.py), so a misspelled field fails `helm install` too.
+POLICY_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "": ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
+         "namespaces", "dra", "isolation", "groupTopology"),
+    "defaults": ("placement", "gpuPlacement", "topology", "backend", "sliceDefaults", "memoryPercent",
+                 "coresPercent", "tolerations", "preferredNodes", "maxAffinityNodes"),
+    "defaults.tolerations[]": ("key", "operator", "value", "effect", "tolerationSeconds"),
+    "namespaces.*": ("maxGpusPerPod", "allowedModels", "allowSharing", "placement", "backend", "groupTopology"),
+    "groupTopology": ("levels", "mode"),
+    "dra": ("deviceClasses", "extendedResources"),
+    "topologyLoss": tuple(c.value for c in DEFAULT_TOPOLOGY_LOSS if c is not TopologyClass.SINGLE),
+    "stale": ("afterSeconds", "graceSeconds", "action"),
+    "reservations": ("ttlSeconds",),
+    "workloadMix[]": ("gpus", "milli", "weight"),
+    "isolation": ("gpuRuntimeClasses", "unresolvedEnvFrom", "nonGpuAccess"),
+}
+
+
 def _known(data: Mapping[str, Any], path: str, keys: tuple[str, ...]) -> None:
     for key in data:
         if key not in keys:
@@ -209,7 +229,7 @@ def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
     result = []
     for i, tol in enumerate(value):
         item = _mapping(tol, f"{path}[{i}]")
-        _known(item, f"{path}[{i}]", ("key", "operator", "value", "effect", "tolerationSeconds"))
+        _known(item, f"{path}[{i}]", POLICY_FIELDS["defaults.tolerations[]"])
         operator = item.get("operator", "Equal")
         _choice(operator, f"{path}[{i}].operator", ("Exists", "Equal"))
         if "effect" in item:
@@ -219,7 +239,7 @@ def _tolerations(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
 
 
 def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) -> NamespaceRule:
-    _known(data, path, ("maxGpusPerPod", "allowedModels", "allowSharing", "placement", "backend", "groupTopology"))
+    _known(data, path, POLICY_FIELDS["namespaces.*"])
     max_gpus = data.get("maxGpusPerPod")
     allow = data.get("allowSharing", True)
     if not isinstance(allow, bool):
@@ -236,7 +256,7 @@ def _namespace_rule(data: Mapping[str, Any], path: str, names: tuple[str, ...]) 
 
 
 def _group_topology(data: Mapping[str, Any]) -> dict[str, Any]:
-    _known(data, "groupTopology", ("levels", "mode"))
+    _known(data, "groupTopology", POLICY_FIELDS["groupTopology"])
     out: dict[str, Any] = {}
     if "levels" in data:
         levels = _strings(data["levels"], "groupTopology.levels")
@@ -249,7 +269,7 @@ def _group_topology(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _dra(data: Mapping[str, Any]) -> dict[str, Any]:
-    _known(data, "dra", ("deviceClasses", "extendedResources"))
+    _known(data, "dra", POLICY_FIELDS["dra"])
     out: dict[str, Any] = {}
     if "deviceClasses" in data:
         out["dra_device_classes"] = _strings(data["deviceClasses"], "dra.deviceClasses")
@@ -271,19 +291,9 @@ def parse_policy(
     scorers = dict(scorers or {})
     names = BUILTIN_PLACEMENTS + tuple(sorted(scorers))
     root = _mapping(data, "(top level)")
-    _known(
-        root,
-        "",
-        ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
-         "namespaces", "dra", "isolation", "groupTopology"),
-    )
+    _known(root, "", POLICY_FIELDS[""])
     defaults = _mapping(root.get("defaults"), "defaults")
-    _known(
-        defaults,
-        "defaults",
-        ("placement", "gpuPlacement", "topology", "backend", "sliceDefaults", "memoryPercent", "coresPercent",
-         "tolerations", "preferredNodes", "maxAffinityNodes"),
-    )
+    _known(defaults, "defaults", POLICY_FIELDS["defaults"])
     kwargs: dict[str, Any] = {"scorers": scorers}
     if "placement" in defaults:
         kwargs["placement"] = _placement(defaults["placement"], "defaults.placement", names)
@@ -308,7 +318,7 @@ def parse_policy(
 
     if "topologyLoss" in root:
         loss = _mapping(root["topologyLoss"], "topologyLoss")
-        _known(loss, "topologyLoss", tuple(c.value for c in DEFAULT_TOPOLOGY_LOSS if c is not TopologyClass.SINGLE))
+        _known(loss, "topologyLoss", POLICY_FIELDS["topologyLoss"])
         table = dict(DEFAULT_TOPOLOGY_LOSS)
         for key, value in loss.items():
             table[TopologyClass(key)] = _number(value, f"topologyLoss.{key}", 0.0, 1.0)
@@ -321,7 +331,7 @@ def parse_policy(
         kwargs["managed_namespaces"] = _choice(root["managedNamespaces"], "managedNamespaces", MANAGED_MODES)
     if "stale" in root:
         stale = _mapping(root["stale"], "stale")
-        _known(stale, "stale", ("afterSeconds", "graceSeconds", "action"))
+        _known(stale, "stale", POLICY_FIELDS["stale"])
         if "afterSeconds" in stale:
             kwargs["stale_after_seconds"] = _number(stale["afterSeconds"], "stale.afterSeconds", 1.0)
         if "graceSeconds" in stale:
@@ -330,7 +340,7 @@ def parse_policy(
             kwargs["on_stale"] = _choice(stale["action"], "stale.action", ON_STALE)
     if "reservations" in root:
         res = _mapping(root["reservations"], "reservations")
-        _known(res, "reservations", ("ttlSeconds",))
+        _known(res, "reservations", POLICY_FIELDS["reservations"])
         if "ttlSeconds" in res:
             kwargs["reservation_ttl_seconds"] = _number(res["ttlSeconds"], "reservations.ttlSeconds", 1.0)
     if "workloadMix" in root:
@@ -345,7 +355,7 @@ def parse_policy(
         entries = []
         for i, raw in enumerate(mix):
             item = _mapping(raw, f"workloadMix[{i}]")
-            _known(item, f"workloadMix[{i}]", ("gpus", "milli", "weight"))
+            _known(item, f"workloadMix[{i}]", POLICY_FIELDS["workloadMix[]"])
             entries.append(
                 MixEntry(
                     gpus=_int(item.get("gpus", 1), f"workloadMix[{i}].gpus", 1, 64),
@@ -358,7 +368,7 @@ def parse_policy(
         kwargs["workload_mix"] = tuple(entries)
     if "isolation" in root:
         iso = _mapping(root["isolation"], "isolation")
-        _known(iso, "isolation", ("gpuRuntimeClasses", "unresolvedEnvFrom", "nonGpuAccess"))
+        _known(iso, "isolation", POLICY_FIELDS["isolation"])
         if "gpuRuntimeClasses" in iso:
             kwargs["gpu_runtime_classes"] = _strings(iso["gpuRuntimeClasses"], "isolation.gpuRuntimeClasses")
         for key, attr, choices in (("unresolvedEnvFrom", "unresolved_env_from", ENV_FROM_ACTIONS),

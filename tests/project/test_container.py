@@ -122,7 +122,17 @@ def image(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     (context / "stray.txt").write_text("outside the wheelhouse: .dockerignore keeps it out of the build\n")
     before = dangling_images(engine)
     try:
-        engine("build", "--network=none", f"--build-arg=BASE={BASE_IMAGE}", "-t", IMAGE, str(context), timeout=900)
+        # Offline: the wheelhouse, named by the build argument (without it the build installs from PyPI).
+        engine(
+            "build",
+            "--network=none",
+            f"--build-arg=BASE={BASE_IMAGE}",
+            "--build-arg=WHEELHOUSE=wheelhouse",
+            "-t",
+            IMAGE,
+            str(context),
+            timeout=900,
+        )
         yield IMAGE
     finally:
         engine("rmi", "--force", IMAGE, check=False)
@@ -386,3 +396,41 @@ def test_renewed_certificate_is_served_without_a_restart(
         time.sleep(0.5)
     status, _ = request(port, context, "GET", "/healthz")
     assert status == 200
+
+
+def test_the_default_build_context_holds_a_source_pip_can_build(tmp_path: Path) -> None:
+    """Without WHEELHOUSE the image installs the source that .dockerignore lets into the context: that
+    source alone must build (no container engine needed to check it)."""
+    admitted = [
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    ]
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in admitted:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy2(source, context / name)
+    assert {"pyproject.toml", "README.md", "webhook"} <= {p.name for p in context.iterdir()}
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(tmp_path / "out"),
+            str(context),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    assert [w.name for w in (tmp_path / "out").iterdir()] == ["gpu_admission-0.1.0-py3-none-any.whl"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pip install '/src[agent]'" in dockerfile and 'ARG WHEELHOUSE=""' in dockerfile

@@ -92,3 +92,10 @@ def test_client_auth_mounts_the_api_servers_ca_and_passes_it_to_the_server(helm:
     )
     plain = next(d for d in helm.template({}) if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert not any(a.startswith("--client-ca") for a in plain["containers"][0]["args"])
+
+
+def test_helm_show_readme_tells_how_to_install(helm: helm_tool.Helm) -> None:
+    readme = helm.run("show", "readme", str(helm_tool.CHART))
+    assert "docker build -t REGISTRY/gpu-admission" in readme
+    assert "--set image.repository=REGISTRY/gpu-admission" in readme
+    assert "gpu-admission.io/enabled=true" in readme

@@ -181,3 +181,16 @@ def test_seed_and_policy_lists() -> None:
     assert parse_policies(["binpack,spread", "binpack"]) == ["binpack", "spread"]
     with pytest.raises(UserError):
         parse_seeds("a")
+
+
+def test_plot_without_matplotlib_names_the_extra_before_running(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert simulate(trace, "--seeds", "1", "--plot", str(tmp_path / "out.png")) == 2
+    captured = capsys.readouterr()
+    assert "pip install 'gpu-admission[plot]'" in captured.err and "Traceback" not in captured.err
+    assert captured.out == "" and not (tmp_path / "out.png").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -131,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--tune: {args.tune} is outside 0..10")
     if args.plot and not args.plot.lower().endswith(".png"):
         raise UserError(f"--plot: {args.plot} must name a .png file")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # say so before the run, not after
+        raise UserError("--plot draws with matplotlib, which is not installed: pip install 'gpu-admission[plot]'")
     seeds = parse_seeds(args.seeds)
     policies = parse_policies(args.policy)
     mix = parse_mix(args.mix)

@@ -287,3 +287,18 @@ def test_the_worker_builds_one_policy_holder_for_the_app_and_the_live_source(
     path.write_text("defaults:\n  placement: spread\n")
     os.utime(path, (2_000_000_000, 2_000_000_000))
     assert handler.policy.get().placement == source.policy().placement == "spread"  # one reload, seen by both
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("services:\n  web:\n    image: nginx\n", "not a Kubernetes object"),
+        ("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n", "Node"),
+    ],
+)
+def test_serve_refuses_cluster_files_that_are_no_cluster(tmp_path: Path, content: str, message: str) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(content)
+    result = run_cli("serve", "--cluster", str(cluster), "--cert-dir", str(tmp_path / "certs"), "--bind", "127.0.0.1:1")
+    assert result.returncode == 2, result.stderr
+    assert str(cluster) in result.stderr and message in result.stderr and "Traceback" not in result.stderr

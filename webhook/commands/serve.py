@@ -279,11 +279,14 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
             f"--workers {args.workers}: with a static snapshot each worker process would keep its own "
             "reservations and admit past a quota; use --workers 1 with --threads instead"
         )
-    from webhook.cluster.files import demo_objects, load_cluster
+    from webhook.cluster.files import demo_objects, read_cluster
     from webhook.cluster.translate import build_snapshot
 
     if args.cluster:
-        objects, description = load_cluster(args.cluster), "cluster files " + ", ".join(args.cluster)
+        # Files that are no cluster (no Node, no Namespace, no kind) would manage no pod: refused, as by `check`.
+        managed_all = bool(args.policy) and _policy_manages_all(args.policy)
+        objects = read_cluster(args.cluster, need_namespaces=not managed_all)
+        description = "cluster files " + ", ".join(args.cluster)
     else:
         objects, description = demo_objects(), "embedded demo cluster"
     try:
@@ -292,3 +295,9 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
         raise UserError(f"{description}: {err}") from None
     source = StaticSource(snapshot, description=description)
     return lambda _policy=None: source
+
+
+def _policy_manages_all(path: str) -> bool:
+    from webhook.policyfile.read import load_policy
+
+    return bool(load_policy(path).managed_namespaces == "all")

@@ -84,6 +84,15 @@ exit codes:
 examples:
   gpu-admission simulate --trace-dir openb/ --policy all --seeds 42-44
   gpu-admission simulate --nodes nodes.csv --pods pods.csv --policy fgd,fragmentation -o csv""",
+    "completion": """\
+exit codes:
+  0    the script was printed
+  2    no shell, or one other than bash or zsh
+
+examples:
+  eval "$(gpu-admission completion bash)"            # in ~/.bashrc
+  gpu-admission completion zsh > ~/.zfunc/_gpu-admission
+""",
     "version": """\
 exit codes:
   0    printed
@@ -142,7 +151,56 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     sp.set_defaults(_run=_print_version)
+    sp = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script for bash or zsh, made from this installation's commands and options.",
+        epilog=EPILOGS["completion"],
+        formatter_class=_HelpFormatter,
+    )
+    sp.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
+    sp.set_defaults(_run=lambda args: _print_completion(parser, args.shell))
     return parser
+
+
+def _print_completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    """A bash completion function (zsh loads it through bashcompinit): commands first, then each
+    command's options, and file names for everything else."""
+    commands: dict[str, tuple[list[str], list[str]]] = {}
+    for action in parser._actions:  # argparse keeps no public list of subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                options = sorted({o for a in sub._actions for o in a.option_strings})
+                choices = sorted(
+                    {str(c) for a in sub._actions if not a.option_strings and a.choices for c in a.choices}
+                )
+                commands[name] = (options, choices)
+    cases = "\n".join(
+        f'    {name}) opts="{" ".join(o)}"; choices="{" ".join(c)}" ;;' for name, (o, c) in sorted(commands.items())
+    )
+    script = f"""# gpu-admission {shell} completion: eval "$(gpu-admission completion {shell})"
+{"autoload -U +X bashcompinit && bashcompinit" if shell == "zsh" else ""}
+_gpu_admission() {{
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" opts="" choices=""
+  if [ "$COMP_CWORD" -eq 1 ]; then
+    COMPREPLY=($(compgen -W "{" ".join(sorted(commands))} --version --help" -- "$cur"))
+    return
+  fi
+  case "${{COMP_WORDS[1]}}" in
+{cases}
+  esac
+  if [[ "$cur" == -* ]]; then
+    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+  elif [ -n "$choices" ]; then
+    COMPREPLY=($(compgen -W "$choices" -- "$cur"))
+  else
+    COMPREPLY=($(compgen -f -- "$cur"))
+  fi
+}}
+complete -o filenames -F _gpu_admission gpu-admission
+"""
+    sys.stdout.write(script)
+    return 0
 
 
 def _unavailable(name: str, err: ImportError) -> Callable[[argparse.Namespace], int]:

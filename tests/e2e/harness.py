@@ -138,14 +138,22 @@ class Webhook:
             time.sleep(0.2)
 
     def metrics(self, replicas: list[Replica] | None = None) -> str:
-        """The /metrics text of these replicas (default: every one), concatenated."""
+        """The /metrics text of these replicas (default: every one), concatenated. Right after a burst a
+        replica may take a while to accept another connection on 2 loaded cores: waited for, not failed."""
         context = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
         texts = []
         for replica in self.replicas if replicas is None else replicas:
-            conn = http.client.HTTPSConnection("127.0.0.1", replica.port, context=context, timeout=5)
-            conn.request("GET", "/metrics")
-            texts.append(conn.getresponse().read().decode())
-            conn.close()
+            for attempt in range(3):
+                conn = http.client.HTTPSConnection("127.0.0.1", replica.port, context=context, timeout=30)
+                try:
+                    conn.request("GET", "/metrics")
+                    texts.append(conn.getresponse().read().decode())
+                    break
+                except (OSError, http.client.HTTPException):
+                    if attempt == 2:
+                        raise
+                finally:
+                    conn.close()
         return "\n".join(texts)
 
     def set_policy(self, policy: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import UserError
 
@@ -133,9 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        sp = sub.add_parser(
-            name, help=help_text, description=help_text, epilog=EPILOGS.get(name), formatter_class=_HelpFormatter
-        )
+        sp = _command(sub, name, help_text)
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:  # a missing optional part must not take the other commands down
@@ -143,23 +142,28 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
-    sp = sub.add_parser(
-        "version",
-        help="print the version",
-        description="print the version",
-        epilog=EPILOGS["version"],
-        formatter_class=_HelpFormatter,
-    )
+    sp = _command(sub, "version", "print the version")
     sp.set_defaults(_run=_print_version)
-    sp = sub.add_parser(
+    sp = _command(
+        sub,
         "completion",
-        help="print a shell completion script",
-        description="Print a completion script for bash or zsh, made from this installation's commands and options.",
-        epilog=EPILOGS["completion"],
-        formatter_class=_HelpFormatter,
+        "print a shell completion script",
+        "Print a completion script for bash or zsh, made from this installation's commands and options.",
     )
     sp.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     sp.set_defaults(_run=lambda args: _print_completion(parser, args.shell))
+    return parser
+
+
+def _command(sub: Any, name: str, help_text: str, description: str | None = None) -> argparse.ArgumentParser:
+    """One subcommand's parser: its help line, description and the exit codes and examples of EPILOGS."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        epilog=EPILOGS.get(name),
+        formatter_class=_HelpFormatter,
+    )
     return parser
 
 

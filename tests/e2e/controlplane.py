@@ -28,6 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from webhook.certs.authority import make_ca
+
 BUILD_SCRIPT = Path(__file__).resolve().parent / "controlplane" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 SERVICE_CIDR = "10.96.0.0/16"
@@ -64,21 +66,7 @@ class Authority:
 
     @classmethod
     def make(cls, name: str) -> Authority:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-            .sign(key, hashes.SHA256())
-        )
+        key, cert = make_ca(name, days=2)  # the project's own cert tool
         return cls(key, cert)
 
     def issue(

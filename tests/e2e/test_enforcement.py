@@ -118,10 +118,9 @@ def test_a_dra_claim_for_every_gpu_is_refused_and_an_exact_count_is_stored(admin
 
 
 def test_a_quota_raised_in_the_api_is_seen_by_the_watch_and_a_deleted_pod_frees_its_gpus(
-    core: client.CoreV1Api,
+    admin: client.ApiClient, core: client.CoreV1Api
 ) -> None:
-    core.create_namespace({"metadata": {"name": "e2e-watch", "labels": {"gpu-admission.io/enabled": "true"}}})
-    wait_for(lambda: _has_default_account(core, "e2e-watch"), what="default ServiceAccount")
+    create_namespace(admin, "e2e-watch")
     core.create_namespaced_resource_quota(
         "e2e-watch", {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
     )
@@ -132,14 +131,6 @@ def test_a_quota_raised_in_the_api_is_seen_by_the_watch_and_a_deleted_pod_frees_
     assert refusal(lambda: core.create_namespaced_pod("e2e-watch", pod("third", [gpu_container(1)]))).status == 403
     core.delete_namespaced_pod("first", "e2e-watch", grace_period_seconds=0)
     wait_for(lambda: _created(core, "e2e-watch", "third"), what="the third pod admitted once the first is gone")
-
-
-def _has_default_account(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.read_namespaced_service_account("default", namespace)
-    except ApiException:
-        return False
-    return True
 
 
 def _created(core: client.CoreV1Api, namespace: str, name: str) -> bool:

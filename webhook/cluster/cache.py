@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -37,7 +38,8 @@ from webhook.core.podspec.resources import is_gpu_pod
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .observe import models_of, pod_shape
-from .podrecords import PodRecord, meta_of, node_usage, pod_key
+from .podrecords import PodRecord, appended_usage, meta_of, node_usage, pod_key
+from .podusage import PodUsage
 from .translate import (
     claim_of,
     config_map_of,
@@ -82,6 +84,13 @@ class ClusterCache:
         self._usage: dict[str, NodeUsage] = {}
         self._pods: dict[str, PodRecord] = {}
         self._by_node: dict[str, set[str]] = {}
+        # Per node, what decides whether a new pod's usage can be added on instead of summed anew
+        # (podrecords.appended_usage): the nonces of its pods with recorded GPU indices, and how many
+        # of its GPU pods have none, and how many of those nonces are copies (held by two pods or more:
+        # such pods count as having none).
+        self._nonces: dict[str, Counter[str]] = {}
+        self._loose: Counter[str] = Counter()
+        self._copies: Counter[str] = Counter()
         self._tombstones: dict[str, tuple[int, float]] = {}
         self._swept = clock()
         self._namespaces: dict[str, Namespace] = {}
@@ -418,6 +427,7 @@ class ClusterCache:
         pod = self._pods.get(key)
         if pod is not None and pod.use == use and (pod.node, pod.cpu, pod.memory) == (node, cpu, memory):
             return  # a status update that changes nothing we count
+        new = pod is None
         if pod is None:
             self._seq += 1
             stone = self._tombstones.pop(key, None)
@@ -427,13 +437,56 @@ class ClusterCache:
             self._unplace(key, pod)
         pod.use, pod.node, pod.cpu, pod.memory = use, node, cpu, memory
         pod.namespace = use.namespace if use is not None else ""
+        appendable = new and pod.node is not None and self._appendable(pod.node, pod)
         if pod.node is not None:
             self._by_node.setdefault(pod.node, set()).add(key)
+            self._index(pod.node, pod.use, +1)
         pod.taken = self._taken(pod)
         self._count(pod, +1)
         self._observe(key, pod, obj)
         if pod.node is not None and pod.node in self._nodes:
-            self._recompute_usage(pod.node)
+            if appendable:
+                self._append_usage(pod.node, pod)
+            else:
+                self._recompute_usage(pod.node)
+
+    def _appendable(self, name: str, pod: PodRecord) -> bool:
+        """Whether a new pod (the newest `seq`) goes last in its node's sum, so that adding its usage on
+        gives what `node_usage` would: it holds no recorded indices, or they are no copy and no pod
+        without recorded indices comes after it."""
+        if self._deferred is not None or name not in self._usage or name not in self._nodes:
+            return False
+        use = pod.use
+        if use is None or use.gpus is None:
+            return True
+        nonces = self._nonces.get(name)
+        copied = use.nonce and nonces and nonces[use.nonce]
+        return not (self._loose[name] or self._copies[name] or copied)
+
+    def _append_usage(self, name: str, pod: PodRecord) -> None:
+        usage = appended_usage(self._nodes[name], self._usage[name], pod)
+        if usage != self._usage[name]:
+            self._usage[name] = usage
+            self._dirty_usage.add(name)
+
+    def _index(self, name: str, use: PodUsage | None, sign: int) -> None:
+        if use is None:
+            return
+        if use.gpus is None:
+            self._loose[name] += sign
+            if self._loose[name] <= 0:
+                del self._loose[name]
+        elif use.nonce:
+            nonces = self._nonces.setdefault(name, Counter())
+            nonces[use.nonce] += sign
+            if nonces[use.nonce] == (2 if sign > 0 else 1):  # a copy appeared or went
+                self._copies[name] += sign
+                if self._copies[name] <= 0:
+                    del self._copies[name]
+            if nonces[use.nonce] <= 0:
+                del nonces[use.nonce]
+                if not nonces:
+                    del self._nonces[name]
 
     def _set_reads(self, key: str, reads: Reads) -> None:
         """Record what pod `key` reads through envFrom now (NO_POD_READS: nothing, or gone)."""
@@ -477,7 +530,8 @@ class ClusterCache:
         self._count(pod, -1)
         if pod.node is not None:
             on_node = self._by_node.get(pod.node)
-            if on_node is not None:
+            if on_node is not None and key in on_node:
+                self._index(pod.node, pod.use, -1)
                 on_node.discard(key)
                 if not on_node:
                     del self._by_node[pod.node]

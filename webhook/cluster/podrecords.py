@@ -39,6 +39,17 @@ class PodRecord:
         self.taken = Usage()  # what it counts against its namespace's quotas
 
 
+def appended_usage(node: Node, usage: NodeUsage, pod: PodRecord) -> NodeUsage:
+    """`usage` with one more pod, placed last: what `node_usage` adds up when that pod has the newest
+    `seq` and its recorded indices are neither a copy nor ahead of pods without recorded indices (the
+    caller checks that; `ClusterCache` then spares a new pod's event the whole node's sum)."""
+    if pod.use is None:
+        return NodeUsage(usage.gpus, usage.cpu_milli + pod.cpu, usage.memory_mib + pod.memory, usage.gpu_tasks)
+    gpus = list(usage.gpus) or [GpuUsage()] * len(node.gpus)
+    place_usage(node, gpus, pod.use)
+    return NodeUsage(tuple(gpus), usage.cpu_milli + pod.cpu, usage.memory_mib + pod.memory, usage.gpu_tasks + 1)
+
+
 def node_usage(node: Node, pods: Iterable[PodRecord]) -> NodeUsage:
     """A node's usage from its pods, exactly as `build_snapshot` adds them up: pods with recorded GPU
     indices first, then the others in the order they were first seen, each on the least-used GPUs. A

@@ -15,10 +15,13 @@ a ratio to the baseline of the same run; ends with one JSON line.
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
+import os
 import re
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -27,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from e2e.controlplane import ControlPlane, start_control_plane  # noqa: E402
+from e2e.controlplane import ControlPlane, free_port, spawn, start_control_plane, stop_process  # noqa: E402
 from e2e.harness import (  # noqa: E402
     Webhook,
     api_client,
@@ -43,6 +47,58 @@ from e2e.harness import (  # noqa: E402
 
 TIMEOUT_SECONDS = 5  # the chart's webhook.timeoutSeconds
 THREADS = 16
+NOOP_LABEL = "bench.gpu-admission.io/noop"
+
+
+def serve_noop(bind: str, cert_dir: str) -> None:
+    """The floor of the serving stack: the same gunicorn settings and TLS as `serve`, answering each
+    review with the least any webhook does (read the uid; the mutating one adds one annotation, so the
+    API server applies a patch as it does for ours)."""
+    import base64
+
+    import orjson
+
+    from webhook.server.gunicorn_app import GunicornOptions, serve_forever
+    from webhook.server.logs import configure_logging
+    from webhook.server.tls import TlsFiles
+
+    patch = base64.b64encode(b'[{"op":"add","path":"/metadata/annotations","value":{"noop":"1"}}]').decode()
+
+    def factory() -> Any:
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            review = orjson.loads(environ["wsgi.input"].read())
+            response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
+            if environ.get("PATH_INFO") == "/mutate":
+                response.update(patchType="JSONPatch", patch=patch)
+            body = orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return (body,)
+
+        return app
+
+    configure_logging("warning")
+    serve_forever(factory, GunicornOptions(bind=bind), TlsFiles(f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"))
+
+
+def register_noop(admin: Any, port: int, ca_bundle: str) -> None:
+    """Webhook configurations like the chart's pod CREATE pair, at the no-op server, for namespaces
+    labelled NOOP_LABEL."""
+    from kubernetes import client
+
+    def hook(path: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "name": f"{path}-pods.noop.gpu-admission.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "timeoutSeconds": TIMEOUT_SECONDS, "failurePolicy": "Fail", "matchPolicy": "Equivalent",
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/{path}", "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {NOOP_LABEL: "true"}}, **extra,
+        }
+
+    api = client.AdmissionregistrationV1Api(admin)
+    api.create_mutating_webhook_configuration(
+        {"metadata": {"name": "bench-noop"}, "webhooks": [hook("mutate", reinvocationPolicy="IfNeeded")]})
+    api.create_validating_webhook_configuration({"metadata": {"name": "bench-noop"}, "webhooks": [hook("validate")]})
 
 
 def pod_body(name: str) -> bytes:
@@ -107,6 +163,38 @@ def configmap_writes(plane: ControlPlane) -> float:
     return total
 
 
+PROGRAMS = {"kube-apiserver": "apiserver", "etcd": "etcd", "gpu-admission": "webhook"}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds used so far by the control plane, our webhook, the no-op webhook and this client,
+    summed over each program's processes (threads included; gone processes are not counted)."""
+    totals: dict[str, float] = {}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                comm, rest = stat.read().rsplit(")", 1)
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except OSError:
+            continue
+        name = PROGRAMS.get(comm.split("(", 1)[1])
+        if int(entry) == me:
+            name = "client"
+        elif b"--serve-noop" in command:
+            name = "noop webhook"
+        elif name is None and b"gpu-admission" in command and b"serve" in command:
+            name = "webhook"
+        if name is not None:
+            fields = rest.split()
+            totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return totals
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -123,9 +211,11 @@ class Phase:
         self.jobs = 0
         self.spent: dict[str, float] = {}  # the API server's seconds in each webhook, over every run
         self.written = 0.0
+        self.cpu: dict[str, float] = {}  # CPU seconds of each program on the host, over every run
 
     def run(self, jobs: list[tuple[str, str]], threads: int) -> Phase:
         before, writes_before = webhook_seconds(self.plane), configmap_writes(self.plane)
+        cpu_before = process_cpu()
         lock = threading.Lock()
         queue = list(reversed(jobs))
 
@@ -154,7 +244,16 @@ class Phase:
             if spent > 0:
                 self.spent[name] = self.spent.get(name, 0.0) + spent
         self.written += configmap_writes(self.plane) - writes_before
+        for name, seconds in process_cpu().items():
+            spent = seconds - cpu_before.get(name, 0.0)
+            if spent > 0:
+                self.cpu[name] = self.cpu.get(name, 0.0) + spent
         return self
+
+    def cpu_per_pod(self) -> dict[str, float]:
+        """CPU milliseconds per created pod of each program on the host (2 cores shared by all)."""
+        return {name: round(spent / self.jobs * 1000, 2) for name, spent in sorted(self.cpu.items())
+                if spent / self.jobs >= 0.00005}
 
     @property
     def webhooks(self) -> dict[str, float]:
@@ -183,6 +282,8 @@ class Phase:
             text += f"  late {late} failed {self.failures}"
         if self.writes:
             text += f"  configmap writes/pod {self.writes:.2f}"
+        cpu = self.cpu_per_pod()
+        text += "\n" + " " * 41 + "CPU ms/pod: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
         return text
 
     def summary(self, baseline: Phase | None) -> dict[str, Any]:
@@ -195,6 +296,7 @@ class Phase:
             "late": sum(1 for s in self.latencies if s > TIMEOUT_SECONDS - 1),
             "failed": self.failures,
             "configmap_writes_per_pod": round(self.writes, 2),
+            "cpu_ms_per_pod": self.cpu_per_pod(),
         }
         if baseline is not None:
             out["rate_ratio"] = round(self.rate / baseline.rate, 2)
@@ -209,12 +311,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--burst", type=int, default=300, help=f"pods per burst ({THREADS} client threads)")
     parser.add_argument("--launch", type=int, default=512, help="pods of the job-launch burst into one namespace")
+    parser.add_argument("--serve-noop", nargs=2, metavar=("BIND", "CERT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_noop:
+        serve_noop(*args.serve_noop)
+        return 0
     replica_counts = [int(r) for r in args.replicas.split(",")]
 
     plane = start_control_plane(scheduler=False)
     results: dict[str, Any] = {"machine": "see docs/performance.md", "replicas": {}}
     webhook: Webhook | None = None
+    noop: subprocess.Popen[bytes] | None = None
     try:
         admin = api_client(plane.admin_kubeconfig)
         webhook = install(plane, admin, values={})
@@ -227,17 +334,23 @@ def main() -> int:
         def names(namespaces: list[str], count: int) -> list[tuple[str, str]]:
             return [(namespaces[i % len(namespaces)], f"p{next(counter)}") for i in range(count)]
 
-        for ns in ("off-0", "on-0"):
-            create_namespace(admin, ns, managed=ns.startswith("on"))
-        for i in range(1, 20):
+        noop_port = free_port()
+        noop = spawn([sys.executable, __file__, "--serve-noop", f"127.0.0.1:{noop_port}", str(webhook.cert_dir)],
+                     plane.workdir / "noop.log")
+        register_noop(admin, noop_port, base64.b64encode((webhook.cert_dir / "ca.crt").read_bytes()).decode())
+        for i in range(20):
             create_namespace(admin, f"off-{i}", managed=False)
             create_namespace(admin, f"on-{i}")
-        Phase(plane, "warm-up").run(names(["on-0", "off-0"], 40), 4)
+            create_namespace(admin, f"noop-{i}", managed=False)
+            client.CoreV1Api(admin).patch_namespace(f"noop-{i}", {"metadata": {"labels": {NOOP_LABEL: "true"}}})
+        Phase(plane, "warm-up").run(names(["on-0", "off-0", "noop-0"], 60), 4)
         for replicas in replica_counts:
             webhook.scale(replicas, "memory" if replicas == 1 else "api")  # the chart's default for each
             Phase(plane, "warm-up").run(names(["on-0"], 8 * replicas), replicas * 2)
             results["replicas"][replicas] = measure(plane, webhook, args, names, replicas)
     finally:
+        if noop is not None:
+            stop_process(noop)
         if webhook is not None:
             webhook.stop()
         plane.stop()
@@ -245,33 +358,43 @@ def main() -> int:
     return 0
 
 
+MODES = (("off", "no webhook"), ("noop", "no-op webhooks"), ("on", "our webhooks"))
+
+
 def measure(
     plane: ControlPlane, webhook: Webhook, args: argparse.Namespace, names: Callable[..., Any], replicas: int
 ) -> dict[str, Any]:
+    """Each phase without webhooks, with the no-op pair (the serving stack's floor) and with ours, one
+    after the other in the same minute, so that drift hits all three alike."""
     print(f"\n== {replicas} webhook replica(s)")
-    off_seq, on_seq = Phase(plane, "sequential, no webhook"), Phase(plane, "sequential, webhooks")
-    for _ in range(args.rounds):  # alternated, so drift hits both alike
-        off_seq.run(names(["off-0"], args.sequential), 1)
-        on_seq.run(names(["on-0"], args.sequential), 1)
-    print(off_seq.row(None))
-    print(on_seq.row(off_seq))
-    out = {"sequential": on_seq.summary(off_seq), "sequential_baseline": off_seq.summary(None)}
+    seq = {mode: Phase(plane, f"sequential, {label}") for mode, label in MODES}
+    for _ in range(args.rounds):
+        for mode, phase in seq.items():
+            phase.run(names([f"{mode}-0"], args.sequential), 1)
+    out = report("sequential", seq)
     for label, count in (("one namespace", 1), ("20 namespaces", 20)):
-        off = Phase(plane, f"burst {args.burst}, {label}, no webhook").run(
-            names([f"off-{i}" for i in range(count)], args.burst), THREADS
-        )
-        on = Phase(plane, f"burst {args.burst}, {label}, webhooks").run(
-            names([f"on-{i}" for i in range(count)], args.burst), THREADS
-        )
-        print(off.row(None))
-        print(on.row(off))
-        out[f"burst_{count}ns"] = on.summary(off)
-    off = Phase(plane, f"launch {args.launch}, one namespace, no webhook").run(names(["off-0"], args.launch), THREADS)
-    on = Phase(plane, f"launch {args.launch}, one namespace, webhooks").run(names(["on-0"], args.launch), THREADS)
-    print(off.row(None))
-    print(on.row(off))
-    out["launch"] = on.summary(off)
+        burst = {
+            mode: Phase(plane, f"burst {args.burst}, {label}, {text}").run(
+                names([f"{mode}-{i}" for i in range(count)], args.burst), THREADS)
+            for mode, text in MODES
+        }
+        out.update(report(f"burst_{count}ns", burst))
+    launch = {
+        mode: Phase(plane, f"launch {args.launch}, one namespace, {text}").run(
+            names([f"{mode}-0"], args.launch), THREADS)
+        for mode, text in MODES
+    }
+    out.update(report("launch", launch))
     return out
+
+
+def report(key: str, phases: dict[str, Phase]) -> dict[str, Any]:
+    off = phases["off"]
+    print(off.row(None))
+    print(phases["noop"].row(off))
+    print(phases["on"].row(off))
+    return {key: phases["on"].summary(off), f"{key}_noop": phases["noop"].summary(off),
+            f"{key}_baseline": off.summary(None)}
 
 
 if __name__ == "__main__":

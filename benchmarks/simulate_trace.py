@@ -31,7 +31,7 @@ def measure(trace: Path, workload: str, policy: str, seeds: list[int]) -> tuple[
     runs = run_trials(nodes, pods, [policy], seeds, 1.3, show_progress=False)
     wall = time.perf_counter() - started
     summary = summarize(runs, 1.3)
-    return wall, sum(r.pods for r in runs), summary["policies"][policy]["unallocated_pct_at_100"]
+    return wall, sum(r.pods for r in runs), summary["policies"][policy]["unallocatedPctAt100"]
 
 
 def main() -> None:

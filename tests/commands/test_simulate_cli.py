@@ -53,15 +53,15 @@ def test_json_output_has_the_documented_shape(trace: tuple[Path, Path], capsys: 
     assert list(out) == ["policies"]
     assert list(out["policies"]) == ["fragmentation", "binpack"]
     for figures in out["policies"].values():
-        assert [s["seed"] for s in figures["per_seed"]] == [1, 2, 3]
-        values = [s["unallocated_pct_at_100"] for s in figures["per_seed"]]
-        assert figures["unallocated_pct_at_100"] == pytest.approx(sum(values) / 3, abs=1e-3)
+        assert [s["seed"] for s in figures["perSeed"]] == [1, 2, 3]
+        values = [s["unallocatedPctAt100"] for s in figures["perSeed"]]
+        assert figures["unallocatedPctAt100"] == pytest.approx(sum(values) / 3, abs=1e-3)
         curve = figures["curve"]
         assert curve[0] == [0, 100.0]
         assert [p[0] for p in curve] == list(range(len(curve)))
         assert 100 <= curve[-1][0] <= 130
         assert all(0 <= p[1] <= 100 for p in curve)
-        assert [p for p in curve if p[0] == 100][0][1] == figures["unallocated_pct_at_100"]
+        assert [p for p in curve if p[0] == 100][0][1] == figures["unallocatedPctAt100"]
 
 
 def test_runs_are_the_same_in_worker_processes(trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,9 +86,9 @@ def test_runs_are_the_same_in_worker_processes(trace: tuple[Path, Path], capsys:
     )
     parallel = json.loads(capsys.readouterr().out)
     for result in (alone, parallel):
-        for seed in result["policies"]["fragmentation"]["per_seed"]:
+        for seed in result["policies"]["fragmentation"]["perSeed"]:
             seed.pop("seconds")
-        result["policies"]["fragmentation"].pop("pods_per_second")
+        result["policies"]["fragmentation"].pop("podsPerSecond")
     assert alone == parallel
 
 
@@ -140,7 +140,7 @@ def test_trace_dir_and_workload_pick_the_files(tmp_path: Path, capsys: pytest.Ca
     )
     assert code == 0
     arrivals = workload(load_pods(tmp_path / "openb_pod_list_small.csv"), 12_000, 1, 1.3)
-    assert json.loads(capsys.readouterr().out)["policies"]["fragmentation"]["per_seed"][0]["pods"] == len(arrivals)
+    assert json.loads(capsys.readouterr().out)["policies"]["fragmentation"]["perSeed"][0]["pods"] == len(arrivals)
 
 
 def test_bad_csv_is_one_line_naming_file_line_and_column(

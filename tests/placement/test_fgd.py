@@ -108,7 +108,7 @@ def test_fgd_is_a_simulate_policy_with_the_papers_figure_beside_it() -> None:
     assert fgd.pods == runs[2].pods and fgd.arrived[-1] == runs[2].arrived[-1]  # the same arrivals
     assert fgd.allocated[-1] <= fgd.capacity_milli and fgd.unallocated_pct(100) is not None
     summary = summarize(runs, 1.3, "openb_pod_list_default.csv")
-    assert summary["paper_fgd"] == {"workload": "default", "unallocated_pct_at_100": 4.77}
+    assert summary["paperFgd"] == {"workload": "default", "unallocatedPctAt100": 4.77}
     assert "FGD paper's published figure (default): 4.77" in as_text(summary)
-    assert "paper_fgd" not in summarize(runs, 1.3, "pods.csv")
+    assert "paperFgd" not in summarize(runs, 1.3, "pods.csv")
     assert workload_of("openb_pod_list_multigpu30.csv") == "multigpu30"

@@ -37,8 +37,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(runs: Sequence[Run], tune: float, pod_file: str = "") -> dict[str, Any]:
-    """{"policies": {NAME: {"unallocated_pct_at_100", "per_seed", "curve", ...}}}, policies in run order;
-    with "paper_fgd", the paper's FGD figure, when `pod_file` is an openb pod list it gives one for."""
+    """{"policies": {NAME: {"unallocatedPctAt100", "perSeed", "curve", ...}}}, policies in run order;
+    with "paperFgd", the paper's FGD figure, when `pod_file` is an openb pod list it gives one for."""
     by_policy: dict[str, list[Run]] = {}
     for run in runs:
         by_policy.setdefault(run.policy, []).append(run)
@@ -51,10 +51,10 @@ def summarize(runs: Sequence[Run], tune: float, pod_file: str = "") -> dict[str,
             per_seed.append(
                 {
                     "seed": run.seed,
-                    "unallocated_pct_at_100": None if at is None else round(at, 3),
+                    "unallocatedPctAt100": None if at is None else round(at, 3),
                     "pods": run.pods,
-                    "failed_pods": run.failed,
-                    "unplaced_cpu_only_pods": run.unplaced_cpu_only,
+                    "failedPods": run.failed,
+                    "unplacedCpuOnlyPods": run.unplaced_cpu_only,
                     "seconds": round(run.seconds, 2),
                 }
             )
@@ -68,15 +68,15 @@ def summarize(runs: Sequence[Run], tune: float, pod_file: str = "") -> dict[str,
         pods = sum(r.pods for r in group)
         seconds = sum(r.seconds for r in group)
         policies[name] = {
-            "unallocated_pct_at_100": round(_mean(headline), 3) if headline else None,
-            "per_seed": per_seed,
+            "unallocatedPctAt100": round(_mean(headline), 3) if headline else None,
+            "perSeed": per_seed,
             "curve": curve,
-            "pods_per_second": round(pods / seconds, 1) if seconds > 0 else None,
+            "podsPerSecond": round(pods / seconds, 1) if seconds > 0 else None,
         }
     summary: dict[str, Any] = {"policies": policies}
     paper = PAPER_FGD.get(workload_of(pod_file))
     if paper is not None:
-        summary["paper_fgd"] = {"workload": workload_of(pod_file), "unallocated_pct_at_100": paper}
+        summary["paperFgd"] = {"workload": workload_of(pod_file), "unallocatedPctAt100": paper}
     return summary
 
 
@@ -90,27 +90,27 @@ def as_csv(summary: dict[str, Any]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["policy", "seed", "unallocated_pct_at_100", "pods", "failed_pods"])
     for name, figures in summary["policies"].items():
-        for seed in figures["per_seed"]:
-            writer.writerow([name, seed["seed"], seed["unallocated_pct_at_100"], seed["pods"], seed["failed_pods"]])
-        writer.writerow([name, "mean", figures["unallocated_pct_at_100"], "", ""])
+        for seed in figures["perSeed"]:
+            writer.writerow([name, seed["seed"], seed["unallocatedPctAt100"], seed["pods"], seed["failedPods"]])
+        writer.writerow([name, "mean", figures["unallocatedPctAt100"], "", ""])
     return out.getvalue()
 
 
 def as_text(summary: dict[str, Any]) -> str:
     rows = [("policy", "unallocated % at 100 %", "min", "max", "seeds", "failed pods", "pods/s")]
     for name, figures in summary["policies"].items():
-        values = [s["unallocated_pct_at_100"] for s in figures["per_seed"] if s["unallocated_pct_at_100"] is not None]
-        failed = sum(s["failed_pods"] for s in figures["per_seed"])
-        mean = figures["unallocated_pct_at_100"]
+        values = [s["unallocatedPctAt100"] for s in figures["perSeed"] if s["unallocatedPctAt100"] is not None]
+        failed = sum(s["failedPods"] for s in figures["perSeed"])
+        mean = figures["unallocatedPctAt100"]
         rows.append(
             (
                 name,
                 "n/a" if mean is None else f"{mean:.2f}",
                 f"{min(values):.2f}" if values else "n/a",
                 f"{max(values):.2f}" if values else "n/a",
-                str(len(figures["per_seed"])),
+                str(len(figures["perSeed"])),
                 str(failed),
-                f"{figures['pods_per_second'] or 0:,.0f}",
+                f"{figures['podsPerSecond'] or 0:,.0f}",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -119,13 +119,13 @@ def as_text(summary: dict[str, Any]) -> str:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells).rstrip())
     unplaced = max(
-        (sum(s["unplaced_cpu_only_pods"] for s in f["per_seed"]) for f in summary["policies"].values()), default=0
+        (sum(s["unplacedCpuOnlyPods"] for s in f["perSeed"]) for f in summary["policies"].values()), default=0
     )
     if unplaced:
         lines.append(f"note: {unplaced} pods asking for no GPU were not placed (not counted as failed)")
-    paper = summary.get("paper_fgd")
+    paper = summary.get("paperFgd")
     if paper:
-        lines.append(f"FGD paper's published figure ({paper['workload']}): {paper['unallocated_pct_at_100']:.2f}")
+        lines.append(f"FGD paper's published figure ({paper['workload']}): {paper['unallocatedPctAt100']:.2f}")
     return "\n".join(lines) + "\n"
 
 
@@ -141,14 +141,14 @@ def plot(summary: dict[str, Any], path: str, title: str = "") -> None:
     policies = summary["policies"]
     ranked = sorted(
         policies,
-        key=lambda n: (policies[n]["unallocated_pct_at_100"] is None, policies[n]["unallocated_pct_at_100"] or 0),
+        key=lambda n: (policies[n]["unallocatedPctAt100"] is None, policies[n]["unallocatedPctAt100"] or 0),
     )
     ymax = 5.0
     for name in ranked:
         curve = policies[name]["curve"]
         xs = [p[0] for p in curve]
         ys = [p[1] for p in curve]
-        at = policies[name]["unallocated_pct_at_100"]
+        at = policies[name]["unallocatedPctAt100"]
         label = f"{name} ({at:.2f} %)" if at is not None else name
         for axes in (whole, zoom):
             axes.plot(xs, ys, label=label, linewidth=1.8)

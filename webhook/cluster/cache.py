@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.admission.dra import claim_refs, held_usage, largest_card
+from webhook.core.admission.dra import claim_refs, claim_users, held_usage, largest_card
 from webhook.core.admission.isolation import NO_POD_READS, Reads, env_reads
 from webhook.core.domain.model import (
     Claim,
@@ -614,6 +614,9 @@ class ClusterCache:
                               largest_card(self._nodes), classes)
             for namespace, use in held.items():
                 ns_usage[namespace] = ns_usage.get(namespace, Usage()) + use
+        users: Mapping[str, Mapping[tuple[str, str], int]] = (
+            claim_users(self._dra_holders) if "namespace_usage" in dirty or previous is None else previous.claim_users
+        )
         claims, templates = (
             dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)
             for kind, field in zip(CLAIM_KINDS, ("claims", "claim_templates"), strict=True)
@@ -643,7 +646,8 @@ class ClusterCache:
             env_readers = previous.env_readers
         self._dirty_readers = set()
         published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, claims=claims, claim_templates=templates,
-                             config_maps=config_maps, env_readers=env_readers, observed=self._observed.view())
+                             claim_users=users, config_maps=config_maps, env_readers=env_readers,
+                             observed=self._observed.view())
         if previous is not None:
             carry_index(previous, published, changed)  # copy-on-write, by the nodes whose usage changed
         self._published = published

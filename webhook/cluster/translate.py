@@ -12,7 +12,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
-from webhook.core.admission.dra import claim_refs, held_usage, largest_card, read_claim
+from webhook.core.admission.dra import claim_refs, claim_users, held_usage, largest_card, read_claim
 from webhook.core.admission.isolation import TERMINAL_PHASES, env_from_keys, env_reads, with_env_reads
 from webhook.core.domain.model import (
     Claim,
@@ -367,6 +367,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     for namespace, held in held_usage(holders, claims["ResourceClaim"], claims["ResourceClaimTemplate"],
                                       largest_card(nodes), dra_classes).items():
         namespace_usage[namespace] = namespace_usage.get(namespace, Usage()) + held
+    users = claim_users(holders)
     config_maps: dict[str, dict[str, frozenset[str]]] = {}
     for obj in by_kind["ConfigMap"]:
         found_map = guarded("ConfigMap", obj, config_map_of)
@@ -385,6 +386,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         quotas={ns: tuple(sorted(qs, key=lambda q: q.name)) for ns, qs in quotas.items()},
         namespace_usage=namespace_usage,
         claims=claims["ResourceClaim"],
+        claim_users=users,
         claim_templates=claims["ResourceClaimTemplate"],
         config_maps=config_maps,
         env_readers=env_readers,

@@ -358,6 +358,18 @@ def largest_card(nodes: Mapping[str, Node]) -> int:
     return max((g.memory_mib for n in nodes.values() if n.vendor == "nvidia" for g in n.gpus), default=0)
 
 
+def claim_users(holders: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]]
+                ) -> dict[str, dict[tuple[str, str], int]]:
+    """Per namespace, how many live pods hold each claim or template (`holders`: pod key -> (namespace,
+    refs), as `held_usage` takes them)."""
+    users: dict[str, dict[tuple[str, str], int]] = {}
+    for namespace, refs in holders.values():
+        table = users.setdefault(namespace, {})
+        for ref in set(refs):
+            table[ref] = table.get(ref, 0) + 1
+    return users
+
+
 def held_usage(holders: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]], claims: Mapping[str, Claim],
                templates: Mapping[str, Claim], card_mib: int,
                classes: tuple[str, ...] = DRA_DEVICE_CLASSES) -> dict[str, Usage]:

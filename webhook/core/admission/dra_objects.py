@@ -3,7 +3,8 @@
 A claim's GPUs are counted when a pod uses it (core/dra.py); refusing what can never be counted when
 the claim is written tells its author at once, instead of at the pod: allocationMode All on a GPU
 class, adminAccess, a model the namespace may not use, and a count above the per-pod maximum or above
-a GPU quota of the namespace (no pod could ever use such a claim).
+a GPU quota of the namespace (no pod could ever use such a claim), and a claim that admitted pods
+hold written again with more GPUs than their namespace's quota has room for.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
-from webhook.core.domain.model import Snapshot
+from webhook.core.domain.model import Snapshot, Usage
 from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import Policy
 
-from .dra import CLAIM_KINDS, Tally, count_claim, read_claim
+from .dra import CLAIM_KINDS, Tally, claim_gpus, count_claim, largest_card, read_claim
+from .quota import check_quota
 from .scope import is_managed
 
 
@@ -58,4 +60,31 @@ def check_claim_object(request: Mapping[str, Any], snapshot: Snapshot, policy: P
             return _deny(403, "quota-exceeded",
                          f"{kind} {claim.name} asks for {tally.gpus} GPUs, above ResourceQuota {namespace}/"
                          f"{quota.name} (requests.nvidia.com/gpu limit {quota.gpus}), so no pod could use it")
+    grown = _grown_for_holders(kind, claim.name, namespace, tally.gpus, snapshot, policy)
+    if grown is not None:
+        return grown
     return allowed("admitted", f"{tally.gpus} GPU(s), counted when a pod uses it", gpu_pod=False)
+
+
+def _grown_for_holders(kind: str, name: str, namespace: str, gpus: int, snapshot: Snapshot,
+                       policy: Policy) -> Decision | None:
+    """A claim (or template) that admitted pods already hold, written again with more GPUs (deleted and
+    re-created, or a template edited before its claims are made): the pods' quota was checked with the
+    old size, and the DRA driver would give them the new one. Refused when the growth breaks a quota."""
+    key = (kind, f"{namespace}/{name}")
+    holders = snapshot.claim_users.get(namespace, {}).get(key, 0)
+    if not holders:
+        return None
+    table = snapshot.claims if kind == "ResourceClaim" else snapshot.claim_templates
+    before = table.get(key[1])
+    counted = claim_gpus(before, policy.dra_device_classes) if before is not None else 0
+    growth = (gpus - counted) * (1 if kind == "ResourceClaim" else holders)
+    if growth <= 0:
+        return None
+    card = largest_card(snapshot.nodes)
+    check = check_quota(namespace, Usage(growth, growth * card, growth * 100), snapshot)
+    if check.refusal is None:
+        return None
+    return _deny(check.refusal.code, check.refusal.rule,
+                 f"{kind} {name} is held by {holders} admitted pod(s) and counted at {counted} GPU(s); written "
+                 f"with {gpus} it {check.refusal.message}")

@@ -225,6 +225,10 @@ class Snapshot:
     # DRA ResourceClaims and ResourceClaimTemplates, by "namespace/name" (see core/dra.py).
     claims: Mapping[str, Claim] = field(default_factory=dict)
     claim_templates: Mapping[str, Claim] = field(default_factory=dict)
+    # Which of those live pods hold: namespace -> ("ResourceClaim" | "ResourceClaimTemplate", "ns/name")
+    # -> how many pods hold it (core/dra.py `claim_users`). A claim written again while pods hold it
+    # changes what they count (core/dra_objects.py).
+    claim_users: Mapping[str, Mapping[tuple[str, str], int]] = field(default_factory=dict)
     # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
     # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
     config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)

@@ -277,9 +277,10 @@ def test_public_workloads_are_all_looked_at(capsys) -> None:
         "Secret",
         "Service",
         "ClusterTrainingRuntime",
+        "NIMCache",
     }
     decided = [r for r in report["results"] if not r["skipped"] and not r["error"]]
-    assert len(decided) == 46 and sum(r["replicas"] for r in decided) == 78  # as test_workloads.py lists
+    assert len(decided) == 72 and sum(r["replicas"] for r in decided) == 106  # as test_workloads.py lists
 
 
 def test_demo_banner_only_in_text_against_the_embedded_cluster(cluster: str, capsys) -> None:

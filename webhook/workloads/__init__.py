@@ -13,7 +13,7 @@ from typing import Any
 from webhook.core.podspec import workload as labels
 from webhook.manifests import Document, DocumentError, Problem
 
-from . import argo, kinds, ray, serving, trainer
+from . import accelerators, argo, katib, kinds, nim, ray, serving, spark, trainer, vllm
 from .claims import ClaimObject, is_claim_object
 from .model import Builder, Context, Result, Skipped, Workload, mapping
 from .walk import walk
@@ -48,8 +48,19 @@ KINDS: dict[tuple[str, str], tuple[Handler, str]] = {
     ("ray.io", "RayService"): (ray.ray_service, labels.RAY),
     ("serving.kserve.io", "InferenceService"): (serving.inference_service, labels.KSERVE),
     ("serving.kserve.io", "LLMInferenceService"): (serving.llm_inference_service, labels.LLMISVC),
+    ("apps.nvidia.com", "NIMService"): (nim.nim_service, ""),
+    ("apps.nvidia.com", "NIMCache"): (nim.nim_cache, ""),
+    ("production-stack.vllm.ai", "VLLMRuntime"): (vllm.vllm_runtime, ""),
+    ("sparkoperator.k8s.io", "SparkApplication"): (spark.spark_application, ""),
+    ("sparkoperator.k8s.io", "ScheduledSparkApplication"): (spark.scheduled_spark_application, ""),
 }
 ARGO_KINDS = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow")
+# Kinds whose pods are those of another object they embed, decided with pod_templates itself
+Nested = Callable[[Builder, Context, Any, Callable[[str, str], str]], "Skipped | None"]
+NESTED: dict[tuple[str, str], Nested] = {
+    **{("argoproj.io", kind): argo.workflow for kind in ARGO_KINDS},
+    ("kubeflow.org", "Experiment"): katib.experiment,
+}
 
 # Kinds that hold pod templates but run no pods themselves: other objects use their templates.
 TEMPLATE_HOLDERS = {
@@ -102,7 +113,7 @@ def pod_templates(doc: Document, ctx: Context | None = None) -> list[Workload] |
     kind, name, namespace = _identity(doc)
     group = group_of(doc.data)
     if group is None:  # no apiVersion written: the one known kind of that name, if there is one
-        groups = {g for g, k in KINDS if k == kind} | ({"argoproj.io"} if kind in ARGO_KINDS else set())
+        groups = {g for g, k in (*KINDS, *NESTED) if k == kind}
         if kind in _CORE:
             group = _CORE_GROUPS.get(kind, ("apps",))[0]
         elif len(groups) == 1:
@@ -111,27 +122,49 @@ def pod_templates(doc: Document, ctx: Context | None = None) -> list[Workload] |
     if cluster_scoped and kind != "ClusterWorkflowTemplate":
         namespace = None
     b = Builder(doc, kind, name, namespace, group=group or "")
-    if group == "argoproj.io" and kind in ARGO_KINDS:
-        skipped = argo.workflow(b, ctx, pod_templates, display_kind)
+    known = True
+    if (group, kind) in NESTED:
+        skipped = NESTED[(group or "", kind)](b, ctx, pod_templates, display_kind)
     elif (group, kind) in KINDS:
         handler, b.family = KINDS[(group or "", kind)]
         if kind == "MPIJob" and str(doc.data.get("apiVersion", "")).endswith("/v2beta1"):
             b.family = labels.MPI_V2
         skipped = handler(b, ctx)
     elif (group, kind) in TEMPLATE_HOLDERS:
-        skipped = Skipped(doc.source, kind, name, namespace, TEMPLATE_HOLDERS[(group or "", kind)], cluster_scoped)
-    elif walk(b):
-        skipped = None
+        return Skipped(doc.source, kind, name, namespace, TEMPLATE_HOLDERS[(group or "", kind)], cluster_scoped)
     else:
+        known = False
+        walk(b)
         what = kind or "an object without kind"
-        skipped = Skipped(doc.source, kind, name, namespace, f"{what} runs no pods", cluster_scoped)
-    if skipped is not None:
+        skipped = None if b.found else Skipped(doc.source, kind, name, namespace, f"{what} runs no pods",
+                                               cluster_scoped)
+    if known and skipped is not None:  # decided elsewhere: its runtime, template or cluster document
         return skipped
-    return b.found
+    if known or not accelerators.exempt(group, kind):
+        _refuse_undecided(b, group or "", known)
+    return skipped or b.found
+
+
+def _refuse_undecided(b: Builder, group: str, known: bool) -> None:
+    """An input error for accelerators asked outside every pod check decided (module accelerators)."""
+    decided = [w.template_path for w in b.found] + b.consumed
+    missed = accelerators.undecided(b.doc.data, decided, loose=not known)
+    if not missed:
+        return
+    shown = ", ".join(f"{accelerators.dotted(path)} ({what})" for path, what in missed[:3])
+    shown += f" and {len(missed) - 3} more" if len(missed) > 3 else ""
+    kind = display_kind(group, b.kind) or "an object without kind"
+    if known:
+        why = f"{kind}'s controller puts no such field into a pod"
+    else:
+        why = (f"{kind} is not a kind check knows, so it cannot build the pods that kind's controller makes; "
+               "decide those pods themselves (their manifests, or kubectl get pods -o yaml of running ones)")
+    raise b.doc.error(accelerators.dotted(missed[0][0]),
+                      f"asks for accelerators that check did not decide: {shown}; {why}")
 
 
 def context(documents: Iterable[Document | Problem]) -> Context:
-    """Runtimes, workflow templates and Ray clusters in the input, for the documents that refer to them."""
+    """Runtimes, workflow templates, Ray clusters and ConfigMaps in the input, for the documents that refer to them."""
     ctx = Context()
     for doc in documents:
         if not isinstance(doc, Document):
@@ -147,6 +180,8 @@ def context(documents: Iterable[Document | Problem]) -> Context:
             ctx.workflow_templates[(str(kind), "" if kind == "ClusterWorkflowTemplate" else namespace, name)] = doc
         elif group == "ray.io" and kind == "RayCluster":
             ctx.ray_clusters[(namespace, name)] = doc
+        elif group == "" and kind == "ConfigMap":  # Katib trial templates
+            ctx.config_maps[(namespace, name)] = doc
     return ctx
 
 

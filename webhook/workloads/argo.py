@@ -1,10 +1,10 @@
-"""Argo Workflows: each container, script or containerSet template runs as a pod; a resource template's
-manifest is decided as the object it creates. The workflow itself (steps, DAG, loops, conditions) is not
-evaluated: each template counts once, which the report notes."""
+"""Argo Workflows: each container, script or containerSet template runs as a pod, built as Argo's
+controller builds it (argo_pod); a resource template's manifest is decided as the object it creates.
+The workflow itself (steps, DAG, loops, conditions) is not evaluated: each template counts once, which
+the report notes."""
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -14,37 +14,27 @@ import yaml
 from webhook.core.podspec import workload as labels
 from webhook.manifests import Document, DocumentError
 
+from . import argo_pod
 from .model import Builder, Context, Skipped, Workload, at, mapping, pointer, sequence
 
 _PARAM = re.compile(r"\{\{[^{}]*\}\}")
 NOTE = "workflow not evaluated: decided as one pod per template (steps and loops may run it more often)"
-# Pod fields a template sets for its own pod, else the workflow's spec sets for every pod
-_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "schedulerName", "priorityClassName", "securityContext",
-               "serviceAccountName", "hostNetwork", "runtimeClassName", "imagePullSecrets", "dnsPolicy")
+FILLED = "Argo parameters filled in with the values the manifest states (a step's arguments may differ)"
 
 
-def _pod(workflow: Mapping[str, Any], template: Mapping[str, Any], containers: list[Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": containers, "restartPolicy": "Never"}
-    for key in _POD_FIELDS:
-        value = template.get(key, workflow.get(key))
-        if value is not None:
-            spec[key] = copy.deepcopy(value)
-    if template.get("initContainers"):
-        spec["initContainers"] = copy.deepcopy(template["initContainers"])
-    volumes = [*(workflow.get("volumes") or []), *(template.get("volumes") or [])]
-    if volumes:
-        spec["volumes"] = copy.deepcopy(volumes)
-    return spec
-
-
-def _metadata(workflow: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for source in (workflow.get("podMetadata"), template.get("metadata")):
-        if isinstance(source, Mapping):
-            for key in ("labels", "annotations"):
-                if isinstance(source.get(key), Mapping):
-                    meta.setdefault(key, {}).update(source[key])
-    return meta
+def _mains(b: Builder, template: Mapping[str, Any], at_path: str) -> list[Any] | None:
+    """The step's containers as Argo names them, or None for a template that runs no pod of its own."""
+    if template.get("container") is not None:
+        container = dict(mapping(b.doc, template["container"], f"{at_path}.container"))
+        return [{**container, "name": "main"}]  # Argo names the template's container "main"
+    if template.get("script") is not None:
+        script = dict(mapping(b.doc, template["script"], f"{at_path}.script"))
+        script.pop("source", None)  # `init` writes it to a file that main runs
+        return [{**script, "name": "main", "args": [*(script.get("args") or []), argo_pod.SCRIPT_PATH]}]
+    if template.get("containerSet") is not None:
+        containers = sequence(b.doc, at(template, "containerSet", "containers"), f"{at_path}.containerSet.containers")
+        return [{**c, "name": c.get("name") or "main"} if isinstance(c, Mapping) else c for c in containers]
+    return None
 
 
 def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, decide: Any, display: Any) -> None:
@@ -53,25 +43,19 @@ def workflow_spec(b: Builder, ctx: Context, spec: Mapping[str, Any], path: str, 
         at_path = f"{path}.templates[{index}]"
         template = mapping(b.doc, template, at_path)
         role = str(template.get("name") or f"template{index}")
-        containers: list[Any] = []
-        if template.get("container") is not None:
-            container = dict(mapping(b.doc, template["container"], f"{at_path}.container"))
-            containers = [{**container, "name": "main"}]  # Argo names the template's container "main"
-        elif template.get("script") is not None:
-            script = dict(mapping(b.doc, template["script"], f"{at_path}.script"))
-            script.pop("source", None)
-            containers = [{**script, "name": "main"}]
-        elif template.get("containerSet") is not None:
-            containers = list(sequence(b.doc, at(template, "containerSet", "containers"),
-                                       f"{at_path}.containerSet.containers"))
-        elif isinstance(template.get("resource"), Mapping):
-            _resource(b, ctx, template["resource"], f"{at_path}.resource", role, decide, display)
-            continue
-        else:
-            continue  # steps, dag, suspend, http, plugin: run no pod of their own
-        containers += list(template.get("sidecars") or [])
-        b.pod(_metadata(spec, template), _pod(spec, template, containers), at_path, 1, role,
-              family=labels.ARGO, notes=(NOTE,))
+        mains = _mains(b, template, at_path)
+        if mains is None:
+            if isinstance(template.get("resource"), Mapping):
+                _resource(b, ctx, template["resource"], f"{at_path}.resource", role, decide, display)
+            continue  # steps, dag, suspend, http, plugin, data: no pod a GPU could reach
+        params = argo_pod.parameters(spec, template)
+        meta, pod_spec = argo_pod.build(spec, template, mains, f"{b.name}.{role}")
+        patches = [(f"{p}.podSpecPatch", t.get("podSpecPatch")) for p, t in ((path, spec), (at_path, template))
+                   if t.get("podSpecPatch") is not None]
+        patched = argo_pod.apply_patches(b.doc, pod_spec, patches, params)
+        filled, filled_meta = argo_pod.fill(patched, params), argo_pod.fill(meta, params)
+        used = (filled, filled_meta) != (patched, meta) or any(argo_pod.fill(t, params) != t for _, t in patches)
+        b.pod(filled_meta, filled, at_path, 1, role, family=labels.ARGO, notes=(NOTE, FILLED) if used else (NOTE,))
 
 
 def _resource(b: Builder, ctx: Context, resource: Mapping[str, Any], path: str, role: str, decide: Any,

@@ -57,6 +57,7 @@ class Context:
     runtimes: dict[tuple[str, str, str], Document] = field(default_factory=dict)  # (kind, namespace, name)
     workflow_templates: dict[tuple[str, str, str], Document] = field(default_factory=dict)
     ray_clusters: dict[tuple[str, str], Document] = field(default_factory=dict)
+    config_maps: dict[tuple[str, str], Document] = field(default_factory=dict)  # (namespace, name)
 
 
 def kind_of(value: object) -> str:
@@ -122,6 +123,7 @@ class Builder:
     family: str = ""
     group: str = ""
     found: list[Workload] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)  # pointers of fields read into pods besides templates
 
     def template(self, value: Any, path: str, replicas: int, role: str = "", **extra: Any) -> Workload:
         """Add the pod template at `path` (a {metadata, spec} mapping) with its pod count."""

@@ -27,6 +27,7 @@ def train_job(b: Builder, ctx: Context) -> None:
             f"pass that runtime's manifest too (its pod templates are in spec.template.spec.replicatedJobs)",
         )
     trainer = mapping(b.doc, spec.get("trainer"), "spec.trainer", required=False)
+    b.consumed.append("/spec/trainer")  # resourcesPerNode goes into the trainer's container
     runtime_spec = mapping(runtime, runtime.data.get("spec"), "spec")
     template = mapping(runtime, runtime_spec.get("template"), "spec.template")
     if trainer.get("numNodes") is not None:

@@ -191,7 +191,7 @@ def test_an_extended_resource_served_through_dra_is_counted_once_when_the_policy
     assert admit.mutate(kueue_pod(), snap, policy).reason == "quota-exceeded"
     # Without the policy entry it stays an unknown resource: allowed, with the warning that says so.
     plain = admit.mutate(kueue_pod(), snap, Policy())
-    assert plain.allowed and plain.reason == "not-gpu-pod"
+    assert plain.allowed and plain.reason == "accelerator-not-counted"
 
 
 def test_the_vendor_gpu_resource_cannot_be_listed_as_an_extended_resource_twice() -> None:

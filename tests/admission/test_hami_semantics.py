@@ -314,5 +314,5 @@ def test_kai_scheduler_pod_has_hami_fields_moved_out() -> None:
 def test_unknown_accelerator_passes_with_a_warning() -> None:
     for name in ("amd.com/gpu", "huawei.com/Ascend910", "metax-tech.com/gpu"):
         d = admit.mutate(pod({name: 1}), A100_ONLY, Policy())
-        assert (d.allowed, d.patch, d.reason) == (True, (), "not-gpu-pod")
+        assert (d.allowed, d.patch, d.reason) == (True, (), "accelerator-not-counted")
         assert d.warnings == (f"container 'main': {name} is not counted or limited by this controller; left alone",)

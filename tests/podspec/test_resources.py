@@ -285,10 +285,14 @@ def test_cambricon_and_hygon() -> None:
 
 
 def test_unknown_resources() -> None:
+    # NVIDIA's plugin advertises replicas under a name of their own: devices of that resource, no warning.
     shared = parse_pod(pod(ctr(limits={"nvidia.com/gpu.shared": 1})))
-    assert (shared.vendor, shared.gpus, shared.is_gpu_pod) == ("nvidia", 1, True)
-    assert shared.warnings == (
-        "container 'main': nvidia.com/gpu.shared is not in the vendor table; counted as whole nvidia devices",
+    assert (shared.vendor, shared.gpus, shared.is_gpu_pod, shared.mig) == ("nvidia", 1, True, "nvidia.com/gpu.shared")
+    assert shared.warnings == ()
+    dcu = parse_pod(pod(ctr(limits={"hygon.com/dcu-k100": 1})))
+    assert (dcu.vendor, dcu.gpus, dcu.mig) == ("hygon", 1, "")
+    assert dcu.warnings == (
+        "container 'main': hygon.com/dcu-k100 is not in the vendor table; counted as whole hygon devices",
     )
     other = parse_pod(pod(ctr(limits={"example.com/gpu": "1"})))
     assert (other.vendor, other.gpus, other.is_gpu_pod) == ("", 0, False)

@@ -41,7 +41,7 @@ from webhook.core.podspec.inventory import (
 )
 from webhook.core.podspec.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import MIG_PREFIX, VENDORS, classify_resource
+from webhook.core.podspec.vendors import VENDORS, classify_resource, device_kind
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .held import repeated
@@ -116,10 +116,14 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
     count: int | None = None
     if "nvidia.com/gpu.count" in labels:
         count = _whole(labels["nvidia.com/gpu.count"], "metadata.labels[nvidia.com/gpu.count]")
-    if "nvidia.com/gpu" not in allocatable and any(k.startswith(MIG_PREFIX) for k in allocatable):
-        return ()  # GFD counts MIG-mode cards too; a node advertising only MIG devices has no whole card
+    advertised: int | None = None
     if "nvidia.com/gpu" in allocatable:
         advertised = _whole(allocatable["nvidia.com/gpu"], "status.allocatable[nvidia.com/gpu]")
+    if not advertised and any(isinstance(k, str) and device_kind(k) for k in allocatable):
+        # GFD counts MIG-mode and shared cards too; a node advertising only MIG devices, or replicas under a
+        # name of their own (`nvidia.com/gpu.shared`), has no card for `nvidia.com/gpu` pods.
+        return ()
+    if advertised is not None:
         sharing = labels.get("nvidia.com/gpu.sharing-strategy", "none")
         # Time-slicing and MPS advertise replicas, not cards; otherwise fewer means unhealthy cards.
         if count is None:

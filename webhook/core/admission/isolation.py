@@ -359,7 +359,10 @@ def _deny(code: int, reason: str, message: str) -> Decision:
 # ------------------------------------------------------------------------------------------ entry points
 
 
-NO_GPU_ANSWERS = frozenset({"not-gpu-pod", "no-gpu-requested"})
+# A pod asking only for accelerators outside the vendor table (gpu.intel.com/i915, habana.ai/gaudi): no
+# GPU of this controller, admitted unchanged with a warning, and screened like any pod asking for none.
+FOREIGN_ACCELERATOR = "accelerator-not-counted"
+NO_GPU_ANSWERS = frozenset({"not-gpu-pod", "no-gpu-requested", FOREIGN_ACCELERATOR})
 
 
 def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, snapshot: Snapshot, policy: Policy,

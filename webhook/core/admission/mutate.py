@@ -23,6 +23,7 @@ from webhook.core.domain.model import (
 )
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.placement import group_place, mig
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
@@ -74,10 +75,11 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     group: group_place.GroupPlan | None = None
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
-    elif recorded is None and request.mig:  # MIG devices: nodes offering the profile; the scheduler picks
+    elif recorded is None and request.mig:  # MIG or advertised devices: nodes offering them; the scheduler picks
         eligible, planned = mig.plan(request, snapshot, policy)
         if isinstance(planned, str):
-            return denied(422, "no-such-mig", planned, warnings=tuple(warnings))
+            reason = "no-such-resource" if "/" in request.mig else "no-such-mig"  # an advertised resource
+            return denied(422, reason, planned, warnings=tuple(warnings))
         allocation, placement = planned, Placement(eligible, ())
     elif recorded is None:
         planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot),
@@ -127,7 +129,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
                  group_required=group_required, group_preferred=group_preferred,
                  nonce=sealed.nonce if sealed is not None else nonce)
     message = f"node {allocation.node}" if allocation.node else (
-        f"on a node offering nvidia.com/mig-{allocation.mig}" if allocation.mig else "no node free now")
+        f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
     return patched(tuple(ops), allocation, message, warnings=tuple(warnings))
 
 

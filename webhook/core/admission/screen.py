@@ -15,7 +15,7 @@ from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
 from webhook.core.podspec.record import ANNOTATION, Sealed
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import enforced_backend, is_mapping, kept_for_scheduler, list_of
+from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, is_mapping, kept_for_scheduler, list_of
 from webhook.core.policy.model import Policy
 
 from . import dra, isolation, node_routes, trust
@@ -101,8 +101,14 @@ def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace
                                   f"the pod's {ANNOTATION} annotation is not this webhook's: {why}; remove it and "
                                   "resubmit (the mutating webhook writes it)"), None
     if not request.is_gpu_pod:
-        # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them.
+        # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them,
+        # and an answer that says so: the pod asks for an accelerator, only not one of this controller's.
         warned = tuple(warning(w) for w in request.warnings)
+        foreign = foreign_accelerators(pod)
+        if foreign:
+            return request, allowed(isolation.FOREIGN_ACCELERATOR,
+                                    f"asks for {', '.join(foreign)}, which this controller does not count or "
+                                    "limit: unchanged", gpu_pod=False, warnings=warned), None
         return request, allowed("not-gpu-pod", gpu_pod=False, warnings=warned), None
     if not is_managed(request.namespace, snapshot, policy):
         return request, allowed("not-managed", f"namespace {request.namespace} is not managed", managed=False), None

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from .names import ENABLED_LABEL
 from .refusal import Refusal
 from .shapes import Observed
-from .vendor_quota import CAMBRICON, HYGON, MIG_KEY
+from .vendor_quota import CAMBRICON, HYGON, device_quota_key
 
 # ---------------------------------------------------------------------------------------------
 # Cluster: nodes, their GPUs and links, what is in use
@@ -66,7 +66,9 @@ class Node:
     # ignores it, None when unknown (no agent, or no config file on the node).
     toolkit_envvar: bool | None = None
     # MIG devices the node offers, by profile ("3g.20gb"): (count, memory MiB of one), from the node's
-    # allocatable `nvidia.com/mig-<profile>`, GFD's `nvidia.com/mig-<profile>.*` labels or its inventory.
+    # allocatable `nvidia.com/mig-<profile>`, GFD's `nvidia.com/mig-<profile>.*` labels or its inventory;
+    # and the other NVIDIA resources it advertises under names of their own, by name
+    # ("nvidia.com/gpu.shared"), from its allocatable (placement/mig.py).
     mig: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
@@ -264,7 +266,9 @@ class GpuRequest:
     memory_mib: int | None = None
     memory_pct: int | None = None
     cores: int | None = None
-    mig: str = ""  # MIG profile of an `nvidia.com/mig-<profile>` request ("3g.20gb"); count is its devices
+    # MIG profile of an `nvidia.com/mig-<profile>` request ("3g.20gb"), or the name of another resource
+    # NVIDIA's device plugin advertises ("nvidia.com/gpu.shared"); count is its devices
+    mig: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +313,9 @@ class PodRequest:
     node_name: str = ""
     is_gpu_pod: bool = False
     dra_gpus: int = 0  # of `gpus`, those that come through DRA claims or DRA-backed extended resources
-    mig: str = ""  # the MIG profile every GPU of the pod is (`gpus` MIG devices of it), "" for cards
+    # The MIG profile (or advertised resource, vendor_quota.device_resource) every GPU of the pod is
+    # (`gpus` devices of it), "" for cards
+    mig: str = ""
     violations: tuple[Refusal, ...] = ()
     warnings: tuple[str, ...] = ()
     # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
@@ -408,7 +414,8 @@ class Allocation:
     # Every GPU container's own slice, (name, init, GPUs, memory per GPU, cores per GPU), when some
     # container's differs from the pod's (memory_mib, cores); empty when all have it (the usual pod).
     containers: tuple[tuple[str, bool, int, int, int], ...] = ()
-    mig: str = ""  # MIG profile: `gpu_count` MIG devices of it, each `memory_mib`; no whole GPU is charged
+    # MIG profile or advertised resource: `gpu_count` devices of it, each `memory_mib`; no card is charged
+    mig: str = ""
     # Host resources the pod requests (CPU millicores, memory MiB), counted on its node like its GPUs.
     cpu_milli: int = 0
     host_memory_mib: int = 0
@@ -444,8 +451,8 @@ class Allocation:
 
 def usage_of(vendor: str, mig: str, gpus: int, memory_mib: int, cores: int) -> Usage:
     """What `gpus` devices holding `memory_mib` and `cores` in all count against quotas."""
-    if mig:
-        return Usage(keys=((MIG_KEY + mig, gpus),))
+    if mig:  # MIG devices, or another resource a device plugin advertises: its own key
+        return Usage(keys=((device_quota_key(mig), gpus),))
     if vendor == "hygon":
         return Usage(keys=tuple(zip(HYGON, (gpus, memory_mib, cores), strict=True)))
     if vendor == "cambricon":

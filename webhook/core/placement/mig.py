@@ -11,6 +11,15 @@ will actually give), GPU Feature Discovery's labels `nvidia.com/mig-<profile>.co
 NVML's `memorySizeMB` of the device), and the node agent's inventory (`migDevices` per GPU). The memory
 of a profile is the label's or the inventory's figure; only when neither gives one, the name's (`20gb`:
 20480 MiB).
+
+Other resources NVIDIA's device plugin advertises under a name of their own are decided the same way,
+keyed by that name: time-slicing or MPS replicas (`nvidia.com/gpu.shared`, renameByDefault), a renamed
+resource (`nvidia.com/gpu-10gb`). The plugin hands out whole replicas and enforces what it promises
+itself (MPS: an equal share of memory and compute per replica), so the webhook sends the pod only to the
+nodes whose allocatable names the resource, and counts it under that resource's own quota key. The
+memory recorded for one is the figure its name states (`gpu-10gb`: 10240 MiB), else the card's
+(`nvidia.com/gpu.memory`), divided by `nvidia.com/gpu.replicas` under MPS
+(`nvidia.com/gpu.sharing-strategy=mps`), whose control daemon pins each client to that share.
 """
 
 from __future__ import annotations
@@ -19,9 +28,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, Snapshot, TopologyClass
+from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.podspec.inventory import LevelMatrix, Matrix
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
-from webhook.core.podspec.vendors import MIG_PREFIX, mig_memory_of_name, mig_profile
+from webhook.core.podspec.vendors import MIG_PREFIX, device_kind, mig_memory_of_name, mig_profile
 from webhook.core.policy.model import Policy
 
 from .nodeconstraints import AFFINITY, SELECTOR, TAINT
@@ -41,8 +51,9 @@ def _whole(value: object) -> int | None:
 def offer_of(labels: Mapping[str, str], allocatable: Mapping[str, Any],
              inventory: Iterable[tuple[str, int]] = ()) -> dict[str, tuple[int, int]]:
     """A node's MIG devices by profile from its allocatable, GFD labels and inventory (profile, MiB)
-    pairs. The allocatable count wins where it is given: it is what the device plugin advertises now
-    (healthy devices only); the labels and the inventory count every device."""
+    pairs, and its other advertised NVIDIA resources by name. The allocatable count wins where it is
+    given: it is what the device plugin advertises now (healthy devices only); the labels and the
+    inventory count every device."""
     counts: dict[str, int] = {}
     memory: dict[str, int] = {}
     for profile, mib in inventory:
@@ -61,27 +72,35 @@ def offer_of(labels: Mapping[str, str], allocatable: Mapping[str, Any],
         elif suffix == "memory" and number > 0:
             memory[profile] = number
     for key, value in allocatable.items():
-        profile = mig_profile(key) if isinstance(key, str) else ""
+        kind = device_kind(key) if isinstance(key, str) else ""
         number = _whole(value)
-        if profile and number is not None:
-            counts[profile] = number
+        if kind and number is not None:
+            counts[kind] = number
+            if "/" in kind:  # an advertised resource: the figure its name states (`gpu-10gb`), else a replica's
+                memory[kind] = mig_memory_of_name(kind.rpartition("/")[2]) or _replica_memory(labels)
     return {p: (n, memory.get(p) or mig_memory_of_name(p)) for p, n in sorted(counts.items()) if n > 0}
 
 
-def _resource(profile: str) -> str:
-    return MIG_PREFIX + profile
+def _replica_memory(labels: Mapping[str, str]) -> int:
+    """MiB one replica of the node's card may use: the card's (time-slicing shares all of it), an equal
+    part of it under MPS; 0 when GFD states no memory."""
+    card = _whole(labels.get("nvidia.com/gpu.memory")) or 0
+    if labels.get("nvidia.com/gpu.sharing-strategy") != "mps":
+        return card
+    return card // max(1, _whole(labels.get("nvidia.com/gpu.replicas")) or 1)
 
 
 def plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[tuple[str, ...], Allocation | str]:
     """The nodes the pod may go to (offering `request.gpus` devices of its profile, reachable by its
     nodeSelector, affinity and tolerations) and its allocation, or the 422 message when there are none.
     The node is left to the scheduler, which counts the kubelet's MIG devices itself."""
-    profile, wanted, resource = request.mig, request.gpus, _resource(request.mig)
+    profile, wanted, resource = request.mig, request.gpus, device_resource(request.mig)
     offering = [n for n in snapshot.nodes.values() if profile in n.mig]
     if not offering:
-        have = sorted({_resource(p) for n in snapshot.nodes.values() for p in n.mig})
+        have = sorted({device_resource(p) for n in snapshot.nodes.values() for p in n.mig})
         shown = f" (offered: {', '.join(have)})" if have else ""
-        return (), f"no node offers {resource}{shown}; ask for a MIG profile a node offers, or for nvidia.com/gpu"
+        what = "a MIG profile" if "/" not in profile else "a resource"
+        return (), f"no node offers {resource}{shown}; ask for {what} a node offers, or for nvidia.com/gpu"
     enough = [n for n in offering if n.mig[profile][0] >= wanted]
     if not enough:
         most = max(offering, key=lambda n: n.mig[profile][0])
@@ -102,9 +121,12 @@ def plan(request: PodRequest, snapshot: Snapshot, policy: Policy) -> tuple[tuple
                     "off all of them; change the pod's node constraints")
     memory = min(n.mig[profile][1] for n in eligible)  # the device the pod may get: the smallest figure
     models = {n.labels.get("nvidia.com/gpu.product") or n.gpu_model for n in eligible} - {""}
-    model = f"{models.pop()}-MIG-{profile}" if len(models) == 1 else f"MIG-{profile}"
+    if "/" in profile:  # an advertised resource: the product as GFD labels it (`Tesla-T4`)
+        model, how = models.pop() if len(models) == 1 else resource, "advertised"
+    else:
+        model, how = f"{models.pop()}-MIG-{profile}" if len(models) == 1 else f"MIG-{profile}", "mig"
     topology = TopologyClass.SINGLE if wanted <= 1 else TopologyClass.PCIE
-    allocation = Allocation(None, (), wanted, memory, 100, "nvidia", model, topology, 0.0, "mig", mig=profile)
+    allocation = Allocation(None, (), wanted, memory, 100, "nvidia", model, topology, 0.0, how, mig=profile)
     return tuple(sorted(n.name for n in eligible)), allocation
 
 
@@ -120,5 +142,5 @@ def whole_cards(gpus: tuple[Gpu, ...], nvlink: Matrix, pcie: LevelMatrix,
 
 
 def node_offer(node: Node) -> list[str]:
-    """The node's MIG resources as `nvidia.com/mig-<profile>: <count> x <MiB> MiB` lines (for reports)."""
-    return [f"{_resource(p)}: {n} x {m} MiB" for p, (n, m) in node.mig.items()]
+    """The node's MIG and advertised resources as `<resource>: <count> x <MiB> MiB` lines (for reports)."""
+    return [f"{device_resource(p)}: {n} x {m} MiB" for p, (n, m) in node.mig.items()]

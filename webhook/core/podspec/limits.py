@@ -55,15 +55,19 @@ def is_sm_device_env(name: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 ISOLATION_ENV: dict[str, str] = {
-    # NVIDIA container toolkit (runtime hook / CDI modifier), read from the container's environment.
+    # NVIDIA container toolkit (runtime hook / CDI modifier), read from the container's environment: the
+    # variables that widen what a container reaches beyond the GPUs the device plugin gave it
+    # (TOOLKIT_NARROW_ENV below lists the toolkit's others, and why they do not).
     "NVIDIA_VISIBLE_DEVICES": "container toolkit: which GPUs are mounted into the container",
-    "NVIDIA_MIG_CONFIG_DEVICES": "container toolkit: MIG configuration capability on these GPUs",
-    "NVIDIA_MIG_MONITOR_DEVICES": "container toolkit: MIG monitoring capability on these GPUs",
-    "NVIDIA_IMEX_CHANNELS": "container toolkit: IMEX channels (cross-node GPU memory) mounted",
-    "NVIDIA_GDS": "container toolkit: GPUDirect Storage devices mounted",
-    "NVIDIA_MOFED": "container toolkit: MOFED (RDMA) devices mounted",
-    "NVIDIA_NVSWITCH": "container toolkit: NVSwitch devices mounted",
-    "NVIDIA_GDRCOPY": "container toolkit: GDRCopy device mounted",
+    "NVIDIA_MIG_CONFIG_DEVICES": "container toolkit: MIG configuration capability on these GPUs (the whole card)",
+    "NVIDIA_MIG_MONITOR_DEVICES": "container toolkit: MIG monitoring capability on these GPUs (the whole card)",
+    "NVIDIA_IMEX_CHANNELS": "container toolkit: IMEX channels mounted, which import GPU memory other nodes export",
+    # The feature-gated three mount node devices no device plugin allocated (internal/discover/gds.go,
+    # mofed.go, nvswitch.go). GDS also bind-mounts the node's /run/udev, and udevd's control socket there
+    # takes commands from any root process: a read-only mount does not stop a connect().
+    "NVIDIA_GDS": "container toolkit: /dev/nvidia-fs* and the node's /run/udev (udevd's control socket)",
+    "NVIDIA_MOFED": "container toolkit: every RDMA device of the node mounted (/dev/infiniband/uverbs*)",
+    "NVIDIA_NVSWITCH": "container toolkit: the node's NVSwitch fabric devices mounted (/dev/nvidia-nvswitch*)",
     # HAMi-core (libvgpu.so; src/libvgpu.c, src/multiprocess/multiprocess_memory_limit.c).
     "CUDA_DEVICE_MEMORY_LIMIT": "HAMi-core: memory limit of every GPU without its own _<i> limit",
     "CUDA_DEVICE_SM_LIMIT": "HAMi-core: compute limit (0 means none)",
@@ -77,6 +81,12 @@ ISOLATION_ENV: dict[str, str] = {
     # The dynamic loader: a library loaded before /etc/ld.so.preload can undo HAMi-core's hooks.
     "LD_PRELOAD": "dynamic loader: libraries loaded before the limit library",
 }
+# What to ask for instead of a widening variable that selects no GPU (the default: GPUs in resources).
+WIDENING_HINTS: dict[str, str] = {
+    "NVIDIA_MOFED": "ask for RDMA devices from their device plugin in resources.limits (e.g. rdma/roce_gdr: 1)",
+    "NVIDIA_NVSWITCH": "use NVLink as it is: traffic through the switches needs no switch device in the "
+                       "container",
+}
 # Families, by prefix: HAMi-core's per-device limits (CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i>)
 # and the CUDA MPS client's variables (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY,
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_CLIENT_PRIORITY,
@@ -86,8 +96,22 @@ ISOLATION_PREFIXES: tuple[str, ...] = ("CUDA_DEVICE_", "CUDA_MPS_")
 BENIGN_ENV: frozenset[str] = frozenset({"CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
                                         "CUDA_DEVICE_MAX_COPY_CONNECTIONS"})
 # Harmless on purpose, so left out: LIBCUDA_LOG_LEVEL and RECORD_KERNEL_INTERVAL (HAMi-core logging and
-# sampling), CUDA_VISIBLE_DEVICES (only narrows what the container already has), NVIDIA_DRIVER_CAPABILITIES
-# and NVIDIA_REQUIRE_* / NVIDIA_DISABLE_REQUIRE (which driver libraries, version checks: no device).
+# sampling), CUDA_VISIBLE_DEVICES (only narrows what the container already has), and the toolkit's
+# variables below.
+# The NVIDIA container toolkit's variables that reach nothing beyond the container's own GPUs, with what
+# the toolkit does for each (internal/config/image/cuda_image.go, internal/modifier/gated.go and cdi.go,
+# internal/modifier/graphics.go, internal/discover/gdrcopy.go). NVIDIA_GDRCOPY, like the other
+# feature-gated ones, acts only in a container the toolkit already gives GPUs to, and only for "enabled".
+TOOLKIT_NARROW_ENV: dict[str, str] = {
+    "NVIDIA_GDRCOPY": "mounts /dev/gdrdrv, which maps the calling process's own GPU memory for the CPU",
+    "NVIDIA_DRIVER_CAPABILITIES": "which driver libraries are mounted; graphics and display add the DRM "
+                                  "nodes of the container's own GPUs only",
+    "NVIDIA_REQUIRE_CUDA": "a driver version the image needs (NVIDIA_REQUIRE_* alike): a check, no device",
+    "NVIDIA_DISABLE_REQUIRE": "skips those checks: no device",
+    "CUDA_VERSION": "without NVIDIA_REQUIRE_CUDA, read as every GPU only while NVIDIA_VISIBLE_DEVICES is "
+                    "unset; the device plugin sets that in every GPU container, and every other container "
+                    "that can reach a GPU node gets void from the webhook (or is refused)",
+}
 # Only matters in a GPU pod: common in CPU images (jemalloc, tcmalloc), where no limit library runs.
 GPU_POD_ONLY_ENV: frozenset[str] = frozenset({"LD_PRELOAD"})
 # The one value of a device variable that grants nothing: the toolkit mounts no GPU for "void".
@@ -113,7 +137,7 @@ def is_isolation_env(name: str) -> bool:
 # - CUDA_DEVICE_MEMORY_SHARED_CACHE: HAMi-core's own default path when unset.
 # - LD_PRELOAD: the dynamic loader preloads nothing for an empty value (an image's own LD_PRELOAD, which
 #   env overrides too, is dropped in such a container).
-# - NVIDIA_GDS / _MOFED / _NVSWITCH / _GDRCOPY: the toolkit mounts those devices only for "enabled".
+# - NVIDIA_GDS / _MOFED / _NVSWITCH: the toolkit mounts those devices only for "enabled".
 # Not pinned, and why:
 # - NVIDIA_VISIBLE_DEVICES, NVIDIA_IMEX_CHANNELS: the device plugin writes the first into a GPU container,
 #   and a pod's entry would replace its device list; "void" is no answer for IMEX either. The toolkit
@@ -141,7 +165,6 @@ ENV_FROM_PINS: dict[str, str] = {
     "NVIDIA_GDS": "disabled",
     "NVIDIA_MOFED": "disabled",
     "NVIDIA_NVSWITCH": "disabled",
-    "NVIDIA_GDRCOPY": "disabled",
 }
 # Variables that choose devices and that no env entry can pin in a GPU container (above).
 DEVICE_SELECTING: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_IMEX_CHANNELS")

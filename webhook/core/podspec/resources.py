@@ -13,11 +13,13 @@ from typing import Any
 from webhook.core.domain.model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
 from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES, TOPOLOGY
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.vendor_quota import device_resource
 
 from .dialects import gpu_policy, numa_bind
-from .limits import is_pin
+from .limits import WIDENING_HINTS, is_pin
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
+    ADVERTISED_BY_NAME,
     GPU_REQUEST_ANNOTATIONS,
     HAMI_NODE_POLICY,
     HAMI_NUMA_BIND,
@@ -32,6 +34,7 @@ from .vendors import (
     VendorResources,
     classify_resource,
     containers_of,
+    device_kind,
     foreign_accelerator_message,
     is_bypass_entry,
     is_bypass_env,
@@ -65,7 +68,7 @@ __all__ = [
 
 
 _FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores",
-                "mig": "MIG device count"}
+                "mig": "device count"}
 _MOVED_FIELDS = frozenset({"memory", "memory_pct", "cores"})
 _SELECTOR_KEYS = frozenset(key for keys in SELECTORS.values() for key in keys)
 _TOPOLOGIES = frozenset(t.value for t in TopologyPreference)
@@ -191,7 +194,9 @@ def _parse_container(
             )
             continue
         vendor = kind_vendor
-        if field == "device":
+        if field == "device" and kind_vendor in ADVERTISED_BY_NAME:
+            field = "mig"  # devices of a resource the plugin advertises by name: placed as MIG devices are
+        elif field == "device":
             notes.warn(f"{where}: {name} is not in the vendor table; counted as whole {kind_vendor} devices")
             field = "count"
         value = _gpu_value("count" if field == "mig" else field, name, raw, unit, where, notes)
@@ -210,14 +215,16 @@ def _parse_container(
                    f"{values['memory'][0]} applies")
         del values["memory_pct"]
     gpu: GpuRequest | None = None
-    if "mig" in values:  # MIG devices: whole devices of one profile, nothing else in this container
+    if "mig" in values:  # whole devices of one MIG profile or advertised resource, nothing else here
         if len(values) > 1:
+            name = values["mig"][0]
             others = ", ".join(v[0] for f, v in values.items() if f != "mig")
-            notes.deny("mig-mixed", 422, f"{where} asks for {values['mig'][0]} together with {others}; a "
-                       "MIG device is bounded by its profile: ask for the MIG devices alone")
+            why = ("a MIG device is bounded by its profile: ask for the MIG devices alone" if mig_profile(name)
+                   else f"its device plugin hands out {name} as it is: ask for it alone")
+            notes.deny("mig-mixed", 422, f"{where} asks for {name} together with {others}; {why}")
         elif values["mig"][1] > 0:
             name = values["mig"][0]
-            gpu = GpuRequest(vendor or "nvidia", values["mig"][1], mig=mig_profile(name))
+            gpu = GpuRequest(vendor or "nvidia", values["mig"][1], mig=device_kind(name))
     elif vendor is not None:
         count = values["count"][1] if "count" in values else (1 if values else 0)
         if count == 0 and len(values) > 1:
@@ -256,8 +263,8 @@ def _parse_container(
             notes.deny(
                 "isolation-env",
                 403,
-                f"{where} sets {env_name} itself, which bypasses GPU isolation; remove it "
-                "and ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)",
+                f"{where} sets {env_name} itself, which bypasses GPU isolation; remove it and "
+                + WIDENING_HINTS.get(env_name, "ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)"),
             )
         elif env_name == "LD_PRELOAD" and not is_pin(env_name, mapping_of(entry)):  # "" pins it off
             findings.append(
@@ -425,9 +432,9 @@ def _mig_of(containers: list[ContainerRequest], notes: _Notes) -> str:
     pod: placement reads one device kind per pod, as it reads one vendor."""
     kinds = {c.gpu.mig for c in containers if c.gpu is not None}
     if len(kinds) > 1:
-        shown = " and ".join(f"nvidia.com/mig-{k}" if k else "whole GPUs" for k in sorted(kinds))
-        notes.deny("mig-mixed", 422, f"the pod asks for {shown}; ask for one MIG profile per pod, or for "
-                   "whole GPUs")
+        shown = " and ".join(device_resource(k) if k else "whole GPUs" for k in sorted(kinds))
+        one = "one MIG profile" if all("/" not in k for k in kinds) else "one device resource"
+        notes.deny("mig-mixed", 422, f"the pod asks for {shown}; ask for {one} per pod, or for whole GPUs")
     return next(iter(kinds)) if len(kinds) == 1 else ""
 
 

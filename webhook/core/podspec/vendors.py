@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -76,6 +76,11 @@ VENDOR_DOMAINS: Mapping[str, str] = {
     "cambricon.com": "cambricon",
     "hygon.com": "hygon",
 }
+# Vendors whose unknown names are resources their device plugin advertises under a name of its own, each
+# device placed where nodes advertise that name, as MIG devices are: NVIDIA's plugin names time-slicing
+# and MPS replicas `nvidia.com/gpu.shared` (renameByDefault), and any `nvidia.com/<name>` a config's
+# `rename` or `resources.gpus` gives. Other vendors' unknown names count as whole devices.
+ADVERTISED_BY_NAME = frozenset({"nvidia"})
 NOT_DEVICES: frozenset[str] = frozenset({"nvidia.com/priority"})  # HAMi task priority, not a device
 
 # Per-vendor GPU selection annotations (HAMi): (use-type, nouse-type, use-uuid, nouse-uuid).
@@ -202,6 +207,19 @@ def mig_profile(name: str) -> str:
     return name[len(MIG_PREFIX):] if kind is not None and kind[1] == "mig" else ""
 
 
+def device_kind(name: str) -> str:
+    """The kind of device a resource name hands out whole, placed where nodes advertise it: the MIG
+    profile of `nvidia.com/mig-<profile>`, the name itself for another resource NVIDIA's device plugin
+    advertises (`nvidia.com/gpu.shared`); "" for cards, slices and other names (domain.vendor_quota's
+    device_resource turns a kind back into its resource)."""
+    kind = classify_resource(name)
+    if kind is None:
+        return ""
+    if kind[1] == "mig":
+        return name[len(MIG_PREFIX):]
+    return name if kind[1] == "device" and kind[0] in ADVERTISED_BY_NAME else ""
+
+
 def mig_memory_of_name(profile: str) -> int:
     """MiB a profile's name promises (`3g.20gb`: 20 GB as 20480 MiB), for when neither GFD's
     `nvidia.com/mig-<profile>.memory` label nor the node's inventory gives the device's own figure."""
@@ -234,15 +252,26 @@ def is_gpu_resource(name: str) -> bool:
     return classify_resource(name) is not None
 
 
-_ACCELERATOR_WORDS = ("gpu", "mlu", "dcu", "npu", "tpu", "xpu", "gcu", "ascend", "neuron", "accelerator")
+_ACCELERATOR_WORDS = ("gpu", "mlu", "dcu", "npu", "tpu", "xpu", "gcu", "hpu", "fpga", "ascend", "neuron", "gaudi",
+                      "accelerator")
+# Domains whose every resource is an accelerator, though its name part says so in no word above: Intel's
+# GPU plugin (`gpu.intel.com/i915`, `xe`, and GPU Aware Scheduling's `millicores`, `memory.max`), Habana's
+# Gaudi plugin (`habana.ai/gaudi`, `goya`), Xilinx's FPGA plugin (`xilinx.com/fpga-<shell>`). A domain
+# label that is an accelerator word counts too (`fpga.intel.com/af-<id>`, `npu.intel.com/accel`).
+_ACCELERATOR_DOMAINS = frozenset({"habana.ai", "xilinx.com"})
 
 
+@lru_cache(maxsize=1024)
 def looks_like_gpu(name: str) -> bool:
     """An extended resource that names an accelerator this controller does not count (amd.com/gpu,
-    huawei.com/Ascend910, metax-tech.com/gpu, aws.amazon.com/neuron, google.com/tpu): the word is
-    looked for in the name part, after the domain."""
-    _, slash, part = name.lower().rpartition("/")
-    return bool(slash) and any(word in part for word in _ACCELERATOR_WORDS)
+    gpu.intel.com/i915, habana.ai/gaudi, huawei.com/Ascend910, aws.amazon.com/neuroncore, google.com/tpu):
+    by its domain, or by a word of the table above in its name part."""
+    domain, slash, part = name.lower().rpartition("/")
+    if not slash:
+        return False
+    if domain in _ACCELERATOR_DOMAINS or any(label in _ACCELERATOR_WORDS for label in domain.split(".")):
+        return True
+    return any(word in part for word in _ACCELERATOR_WORDS)
 
 
 def foreign_accelerator_message(where: str, name: str) -> str:
@@ -368,16 +397,25 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def has_foreign_accelerator(pod: Mapping[str, Any]) -> bool:
-    """A pod asking for an accelerator outside the vendor table: not a GPU pod, but the webhook answers
-    it (with a warning that nothing counts or limits it) instead of waving it through silently."""
+def _accelerator_names(pod: Mapping[str, Any]) -> Iterator[str]:
     for _, _, container in containers_of(mapping_of(pod.get("spec"))):
         resources = mapping_of(container.get("resources"))
         for key in ("limits", "requests"):
             for resource in mapping_of(resources.get(key)):
-                if isinstance(resource, str) and resource not in ("cpu", "memory") and looks_like_gpu(resource):
-                    return True
-    return False
+                if (isinstance(resource, str) and resource not in ("cpu", "memory") and looks_like_gpu(resource)
+                        and classify_resource(resource) is None):
+                    yield resource
+
+
+def foreign_accelerators(pod: Mapping[str, Any]) -> list[str]:
+    """The accelerators outside the vendor table a pod asks for (gpu.intel.com/i915, habana.ai/gaudi,
+    amd.com/gpu), sorted: not GPUs of this controller, but the webhook answers such a pod (with a
+    warning that nothing counts or limits them) instead of waving it through silently."""
+    return sorted(set(_accelerator_names(pod)))
+
+
+def has_foreign_accelerator(pod: Mapping[str, Any]) -> bool:
+    return next(_accelerator_names(pod), None) is not None
 
 
 # Toleration keys every pod carries (DefaultTolerationSeconds, DaemonSets) or that only concern control

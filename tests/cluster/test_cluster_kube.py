@@ -210,7 +210,7 @@ def test_build_source_watches_until_synced_and_ready(kubeconfig: str) -> None:
 def test_build_source_names_a_wrong_reservations_store(kubeconfig: str) -> None:
     from webhook.cluster.source import build_source
 
-    with pytest.raises(UserError, match="^reservations must be memory or api, got 'etcd'$"):
+    with pytest.raises(UserError, match="^reservations must be memory, api or leader, got 'etcd'$"):
         build_source(kubeconfig=kubeconfig, reservations="etcd", start=False)
 
 

@@ -84,7 +84,8 @@ class Webhook:
     key_file: Path
     replicas: list[Replica] = field(default_factory=list)
     reservations: str = "api"
-    """Where replicas started from now on keep reservations: api (shared ConfigMaps) or memory (one replica)."""
+    """Where replicas started from now on keep reservations: api (shared ConfigMaps), leader (an elected
+    decider keeps them; the others forward to it) or memory (one replica)."""
 
     def start_replica(self, timeout: float = 60.0) -> Replica:
         port = free_port()
@@ -95,6 +96,8 @@ class Webhook:
         command += ["--bind", f"127.0.0.1:{self.port}", "--bind", f"127.0.0.1:{port}", "--reuse-port"]
         command += ["--namespace", NAMESPACE, "--policy", str(self.policy_file)]
         command += ["--reservations", self.reservations, "--log-level", "warning"]
+        if self.reservations == "leader":  # the others forward reviews to it at its own port
+            command += ["--peer-url", f"https://127.0.0.1:{port}"]
         command += ["--client-ca", str(self.plane.ca_file)]  # only the API server's client certificate
         process = spawn(command, log_file, env=env, cwd=self.workdir)
         replica = Replica(process, port, log_file)

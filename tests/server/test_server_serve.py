@@ -121,6 +121,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "policy_file": None,
             "reservations": "memory",
             "ledger_budget_seconds": 3.5,
+            "peer_url": None,
         },
         {
             "kubeconfig": None,
@@ -130,6 +131,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "policy_file": None,
             "reservations": "api",
             "ledger_budget_seconds": 3.5,
+            "peer_url": None,
         },
         {
             "kubeconfig": "kc",
@@ -139,6 +141,7 @@ def test_reservations_default_to_memory_and_reach_the_live_source(monkeypatch: p
             "policy_file": None,
             "reservations": "api",
             "ledger_budget_seconds": 9.0,
+            "peer_url": None,
         },
     ]
 
@@ -200,13 +203,14 @@ def test_a_bad_reservations_environment_variable_is_named(monkeypatch: pytest.Mo
     monkeypatch.setenv("GPU_ADMISSION_RESERVATIONS", "redis")
     with pytest.raises(UserError) as caught:
         serve._source_factory(parse("--in-cluster"), "gpu-admission")
-    assert str(caught.value) == "$GPU_ADMISSION_RESERVATIONS must be memory or api, got 'redis'"
+    assert str(caught.value) == "$GPU_ADMISSION_RESERVATIONS must be memory, api or leader, got 'redis'"
 
 
 def test_an_unknown_reservation_store_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse("--reservations", "redis")
-    assert "argument --reservations: invalid choice: 'redis' (choose from 'memory', 'api')" in capsys.readouterr().err
+    expected = "argument --reservations: invalid choice: 'redis' (choose from 'memory', 'api', 'leader')"
+    assert expected in capsys.readouterr().err
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,7 @@ from webhook.policyfile.holder import PolicyHolder
 
 from .cache import ClusterCache
 from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members
+from .leader import Leadership, LeaseElector
 from .observe import allocation_shape
 from .reservations import Entries, Ledger, Reservation, ReservationStoreError
 
@@ -90,10 +91,21 @@ class LiveSource:
         self._view_lock = threading.Lock()
         self._view: tuple[tuple[int, int], float, Snapshot] | None = None
         self.upkeep: Upkeep | None = None  # the watch and prune threads, when built by build_source
+        self.elector: LeaseElector | None = None  # with --reservations leader: who decides (cluster/leader.py)
 
     def close(self) -> None:
+        if self.elector is not None:
+            self.elector.close()
         if self.upkeep is not None:
             self.upkeep.close()
+
+    def leadership(self) -> Leadership | None:
+        """Who decides, when replicas elect one decider; None: this replica decides alone."""
+        return None if self.elector is None else self.elector.state()
+
+    def can_lead(self) -> bool:
+        """Whether this replica's picture is fit to decide from: synced and not stale."""
+        return self.cache.synced() and self.cache.silence() <= self.policy().stale_after_seconds
 
     def reservation_conflicts(self) -> int:
         """Writes of the shared reservation store that lost to another replica (409) and were retried."""
@@ -134,9 +146,15 @@ class LiveSource:
         if silent > policy.stale_after_seconds:
             return False, f"watch cache stale: no word from the API server for {silent:.0f}s"
         counts = self.cache.counts()
+        role = ""
+        lead = self.leadership()
+        if lead is not None:
+            if not lead.deciding and lead.peer is None:
+                return False, lead.why_not()
+            role = "; deciding" if lead.deciding else f"; forwarding to the decider {lead.holder}"
         return True, (
             f"watch cache synced: {counts['nodes']} nodes, {counts['pods']} GPU pods, "
-            f"{len(self.ledger.active(self.horizon()))} reservations"
+            f"{len(self.ledger.active(self.horizon()))} reservations{role}"
         )
 
     def age_seconds(self) -> float:
@@ -348,6 +366,9 @@ def build_source(
     ledger_budget_seconds: float = 3.5,
     start: bool = True,
     freeze_gc: bool = True,
+    peer_url: str | None = None,
+    identity: str | None = None,
+    takeover_wait: float = 5.0,
 ) -> LiveSource:
     """A LiveSource watching the cluster (started unless `start` is False).
 
@@ -368,8 +389,10 @@ def build_source(
     from .watch import Reflector
 
     kind = reservations or os.environ.get("GPU_ADMISSION_RESERVATIONS") or "memory"
-    if kind not in ("memory", "api"):
-        raise UserError(f"reservations must be memory or api, got {kind!r}")
+    if kind not in ("memory", "api", "leader"):
+        raise UserError(f"reservations must be memory, api or leader, got {kind!r}")
+    if kind == "leader" and not peer_url:
+        raise UserError("reservations leader needs the address other replicas reach this one at (--peer-url)")
     api_client = load_api_client(kubeconfig, context, in_cluster_only=in_cluster and kubeconfig is None)
     holder = policy or PolicyHolder(policy_file)
     current: Policy = holder.get()
@@ -382,17 +405,28 @@ def build_source(
         core_api = TimedConfigMaps(client.CoreV1Api(api_client))
         store = ApiStore(core_api, namespace, budget_seconds=ledger_budget_seconds)
         group_store = GroupApiStore(core_api, namespace, budget_seconds=ledger_budget_seconds)
-    else:
+    else:  # memory, or leader: the elected decider keeps them in its process
         store, group_store, keep = InProcessStore(), InProcessStore(), 0.0
     cache = ClusterCache(dra_classes=lambda: holder.get().dra_device_classes)
     # A group keeps its domain while its controller re-creates a pod: longer than any reservation counts.
     grace = max(300.0, current.reservation_ttl_seconds + keep)
     source = LiveSource(cache, Ledger(store, ttl_seconds=current.reservation_ttl_seconds), holder.get,
                         keep_seconds=keep, groups=GroupLedger(group_store, grace_seconds=grace))
+    if kind == "leader":
+        import secrets
+        import socket
+
+        from .leader import KubeLeases
+
+        name = identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
+        source.elector = LeaseElector(KubeLeases(api_client, namespace), name, str(peer_url),
+                                      takeover_wait=takeover_wait, eligible=source.can_lead)
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, current.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]
     source.upkeep = Upkeep(source, reflectors, freeze_gc=freeze_gc)
     if start:
         source.upkeep.start()
+        if source.elector is not None:
+            source.elector.start()
     return source

@@ -22,7 +22,8 @@ DEFAULT_NAMESPACE = "gpu-admission"
 DEFAULT_SERVICE = "gpu-admission"
 DEFAULT_BIND = "0.0.0.0:8443"
 LIVE_SOURCE_MODULE = "webhook.cluster.source"
-RESERVATION_STORES = ("memory", "api")
+RESERVATION_STORES = ("memory", "api", "leader")
+PEER_URL_ENV = "GPU_ADMISSION_PEER_URL"
 RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
 RECORD_KEY_ENV = "GPU_ADMISSION_RECORD_KEY_FILE"  # the key that seals decision records (the chart's Secret)
 
@@ -92,8 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=RESERVATION_STORES,
         default=None,
         help="where admitted pods are recorded until the watch sees them, with the live cluster: memory "
-        "(in this process; one replica) or api (ConfigMaps in --namespace, shared by every replica) "
-        "(default: $GPU_ADMISSION_RESERVATIONS, else memory)",
+        "(in this process; one replica), leader (replicas elect one decider through a Lease in --namespace, "
+        "which keeps them in its process; the others forward reviews to it) or api (ConfigMaps in "
+        "--namespace, shared by every replica) (default: $GPU_ADMISSION_RESERVATIONS, else memory)",
+    )
+    parser.add_argument(
+        "--peer-url",
+        metavar="URL",
+        help="with --reservations leader: where the other replicas reach this one, https://HOST:PORT (default: "
+        f"${PEER_URL_ENV}; the chart sets the pod's IP)",
     )
     parser.add_argument(
         "--ledger-budget",
@@ -146,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             cert_file=tls_files.cert_file,
             record_key=record_key,
+            peer_ca_file=str(Path(args.cert_dir) / "ca.crt") if (Path(args.cert_dir) / "ca.crt").is_file() else None,
             require_client_cert=bool(args.client_ca),
         )
         return create_app(config)
@@ -226,8 +235,15 @@ def _reservation_store(args: argparse.Namespace) -> str:
         return str(args.reservations)
     kind = os.environ.get(RESERVATIONS_ENV) or "memory"
     if kind not in RESERVATION_STORES:
-        raise UserError(f"${RESERVATIONS_ENV} must be memory or api, got {kind!r}")
+        raise UserError(f"${RESERVATIONS_ENV} must be memory, api or leader, got {kind!r}")
     return kind
+
+
+def _peer_url(args: argparse.Namespace) -> str | None:
+    url = args.peer_url or os.environ.get(PEER_URL_ENV)
+    if url and not url.startswith("https://"):
+        raise UserError(f"--peer-url must be https://HOST:PORT, got {url!r}")
+    return url or None
 
 
 def _live_source_builder() -> Any:
@@ -247,7 +263,14 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
     if live and not args.cluster:
         build_source = _live_source_builder()
         if build_source is not None:
-            if args.workers > 1 and reservations == "memory":
+            if reservations == "leader":
+                if not _peer_url(args):
+                    raise UserError(f"--reservations leader needs --peer-url (or ${PEER_URL_ENV}): where the other "
+                                    "replicas reach this one")
+                if not os.environ.get(RECORD_KEY_ENV):
+                    raise UserError(f"--reservations leader needs ${RECORD_KEY_ENV}: replicas sign the reviews they "
+                                    "forward with the record key they share")
+            if args.workers > 1 and reservations in ("memory", "leader"):
                 raise UserError(
                     f"--workers {args.workers} with --reservations memory: each worker process would keep its "
                     "own reservations and admit past a quota; use --reservations api or --workers 1"
@@ -263,15 +286,16 @@ def _source_factory(args: argparse.Namespace, namespace: str) -> Any:
                     policy_file=args.policy,
                     reservations=reservations,
                     ledger_budget_seconds=args.ledger_budget,
+                    peer_url=_peer_url(args),
                     **shared,
                 )
 
             return live_source
         log.warning("the live cluster source is not part of this installation; answering from the demo cluster")
-    if reservations == "api":
+    if reservations in ("api", "leader"):
         static = "--cluster files" if args.cluster else "the embedded demo cluster"
         raise UserError(
-            f"--reservations api needs the live cluster (--in-cluster or --kubeconfig, without --cluster): "
+            f"--reservations {reservations} needs the live cluster (--in-cluster or --kubeconfig, without --cluster): "
             f"answering from {static}, reservations stay in this process"
         )
     if args.workers > 1:

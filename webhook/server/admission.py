@@ -33,7 +33,8 @@ log = logging.getLogger(ADMISSION_LOGGER)
 CLAIM_GROUP = "resource.k8s.io"
 CLAIM_RESOURCES = ("resourceclaims", "resourceclaimtemplates")
 ALWAYS_EXCLUDED = ("kube-system",)
-HTTP_REASONS = {400: "BadRequest", 408: "Timeout", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType"}
+HTTP_REASONS = {400: "BadRequest", 408: "Timeout", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",
+                503: "ServiceUnavailable"}
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,11 @@ def _check_inventory_write(request: Mapping[str, Any]) -> Decision:
 
 
 class Answer(NamedTuple):
-    """What goes back over HTTP: a status and a JSON body."""
+    """What goes back over HTTP: a status and a JSON body (or the bytes another replica answered)."""
 
     http_status: int
     body: Mapping[str, Any]
+    raw: bytes | None = None
 
 
 class _Outcome(NamedTuple):
@@ -124,6 +126,10 @@ class AdmissionHandler:
         self.core = core
         self.metrics = metrics
         self.excluded_namespaces = frozenset((*ALWAYS_EXCLUDED, namespace))
+        # With an elected decider (cluster/leader.py): the client forwarding reviews to it, and the key
+        # that signs them (the record key every replica holds); set by the app.
+        self.peer: Any = None
+        self.peer_key: bytes | None = None
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def handle(
@@ -202,6 +208,13 @@ class AdmissionHandler:
         """408: the body never arrived whole. Counted and logged like any other bad request."""
         reason = f"request body not received in full: {err.strerror or err}"
         return self._bad_request(endpoint, "", rv.ReviewError(408, reason), time.perf_counter())
+
+    def unavailable(self, endpoint: str, reason: str) -> Answer:
+        """503: no replica can decide now (a decider is being elected, or cannot be reached). The API server
+        then applies the webhook's failurePolicy; a pod's controller tries again."""
+        self.metrics.bad_requests.labels(endpoint, "503").inc()
+        log.warning("unavailable: %s", reason, extra={"endpoint": endpoint, "code": 503})
+        return Answer(503, _status_body(503, reason))
 
     def forbidden(self, endpoint: str, reason: str) -> Answer:
         """A caller that may not post reviews at all: answered before the body is read."""

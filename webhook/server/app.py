@@ -21,10 +21,12 @@ from webhook.policyfile.holder import PolicyHolder
 from . import jsoncodec
 from .admission import AdmissionCore, AdmissionHandler, Answer, real_core
 from .metrics import AdmissionMetrics
+from .peer import PEER_HEADER, PEER_PATHS, Leadership, PeerClient, PeerError, signed
 from .review import MAX_BODY_BYTES
 from .source import SnapshotSource
 
 EXTENSION = "gpu_admission"
+PEER_ENVIRON = "HTTP_" + PEER_HEADER.upper().replace("-", "_")
 DRAIN_LIMIT = 4 * MAX_BODY_BYTES
 
 
@@ -45,6 +47,8 @@ class ServerConfig:
     record_key: bytes | None = None
     """The key that seals decision records; every process and replica of one webhook needs the same one
     (`serve` reads it from $GPU_ADMISSION_RECORD_KEY_FILE, the chart's Secret). None: a random key."""
+    peer_ca_file: str | None = None
+    """The CA of the serving certificate, trusted with it when reviews are forwarded to the elected decider."""
     require_client_cert: bool = False
     """Answer /mutate and /validate only over a connection that presented a client certificate the TLS
     layer verified (`serve --client-ca`): only the API server may make the webhook reserve anything. The
@@ -70,6 +74,12 @@ def create_app(config: ServerConfig) -> Flask:
     app.register_blueprint(probes_blueprint())
     for code in (404, 405):
         app.register_error_handler(code, _status_error)
+    peer = None
+    if _leadership(config.source) is not None and config.record_key is not None:
+        trust = [path for path in (config.cert_file, config.peer_ca_file) if path]
+        peer = PeerClient(config.record_key, trust)
+    handler.peer = peer
+    handler.peer_key = config.record_key
     app.wsgi_app = AdmissionLane(app.wsgi_app, handler, config.require_client_cert)  # type: ignore[method-assign]
     return app
 
@@ -113,15 +123,19 @@ class AdmissionLane:
         self.require_client_cert = require_client_cert
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        endpoint = ADMISSION_PATHS.get(environ.get("PATH_INFO", ""))
-        if endpoint is None or environ.get("REQUEST_METHOD") != "POST":
+        path = environ.get("PATH_INFO", "")
+        endpoint = ADMISSION_PATHS.get(path)
+        if environ.get("REQUEST_METHOD") != "POST" or (endpoint is None and path not in PEER_PATHS):
             return self.inner(environ, start_response)
         raw_length = environ.get("CONTENT_LENGTH")
         length = int(raw_length) if raw_length and raw_length.isdigit() else None
-        answer = (self.require_client_cert and _anonymous(self.handler, endpoint, environ)) or _read_and_handle(
-            self.handler, endpoint, get_input_stream(environ, max_content_length=None), environ.get("CONTENT_TYPE"),
-            length)
-        body = jsoncodec.dumps(answer.body)
+        stream = get_input_stream(environ, max_content_length=None)
+        if endpoint is None:  # a review another replica forwarded: signed, never forwarded again
+            answer = _from_peer(self.handler, PEER_PATHS[path], stream, environ, length)
+        else:
+            answer = (self.require_client_cert and _anonymous(self.handler, endpoint, environ)) or _read_and_handle(
+                self.handler, endpoint, stream, environ.get("CONTENT_TYPE"), length)
+        body = answer.raw if answer.raw is not None else jsoncodec.dumps(answer.body)
         start_response(_STATUS.get(answer.http_status) or f"{answer.http_status} UNKNOWN",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return (body,)
@@ -186,15 +200,56 @@ def _anonymous(handler: AdmissionHandler, endpoint: str, environ: dict[str, Any]
 
 def _read_and_handle(handler: AdmissionHandler, endpoint: str, stream: Any, content_type: str | None,
                      length: int | None) -> Answer:
+    body = _read_body(handler, endpoint, stream, length)
+    if isinstance(body, Answer):
+        return body
+    lead = _leadership(handler.source)
+    if lead is not None and not lead.deciding:
+        return _forward(handler, endpoint, body, content_type, lead)
+    return handler.handle(endpoint, content_type, body, length)
+
+
+def _read_body(handler: AdmissionHandler, endpoint: str, stream: Any, length: int | None) -> bytes | Answer:
     try:
         if length is not None and length > MAX_BODY_BYTES:
             _discard_body(stream, length)
-            body = b""  # refused on its declared length, never parsed
-        else:
-            body = stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
+            return b""  # refused on its declared length, never parsed
+        data: bytes = stream.read(MAX_BODY_BYTES + 1)  # at most one byte past the limit
+        return data
     except OSError as err:  # the client went silent mid-body (tls.CLIENT_TIMEOUT) or dropped
         return handler.unreadable(endpoint, err)
-    return handler.handle(endpoint, content_type, body, length)
+
+
+def _leadership(source: Any) -> Leadership | None:
+    """The source's leadership when replicas elect one decider (cluster/leader.py); None: decide here."""
+    state = getattr(source, "leadership", None)
+    return state() if callable(state) else None
+
+
+def _forward(handler: AdmissionHandler, endpoint: str, body: bytes, content_type: str | None,
+             lead: Leadership) -> Answer:
+    """This replica does not decide: the elected decider answers (its answer relayed as it is), or 503."""
+    if lead.peer is None or handler.peer is None:
+        return handler.unavailable(endpoint, lead.why_not() + "; retry")
+    try:
+        status, answer = handler.peer.forward(lead.peer, endpoint, body, content_type)
+    except PeerError as error:
+        return handler.unavailable(endpoint, f"{error}; retry")
+    handler.metrics.forwarded.labels(endpoint, str(status)).inc()
+    return Answer(status, {}, raw=answer)
+
+
+def _from_peer(handler: AdmissionHandler, endpoint: str, stream: Any, environ: dict[str, Any],
+               length: int | None) -> Answer:
+    body = _read_body(handler, endpoint, stream, length)
+    if isinstance(body, Answer):
+        return body
+    if handler.peer_key is None or not signed(handler.peer_key, endpoint, body, environ.get(PEER_ENVIRON)):
+        return handler.forbidden(endpoint, "forwarded reviews are taken only from replicas of this webhook")
+    lead = _leadership(handler.source)
+    if lead is not None and not lead.deciding:
+        return handler.unavailable(endpoint, "this replica is not the GPU admission decider (any more); retry")
+    return handler.handle(endpoint, environ.get("CONTENT_TYPE"), body, length)
 
 
 def _discard_body(stream: Any, length: int) -> None:
@@ -210,4 +265,5 @@ def _discard_body(stream: Any, length: int) -> None:
 
 def _json(answer: Answer) -> Response:
     payload: Any = answer.body
-    return Response(jsoncodec.dumps(payload), answer.http_status, mimetype="application/json")
+    body = answer.raw if answer.raw is not None else jsoncodec.dumps(payload)
+    return Response(body, answer.http_status, mimetype="application/json")

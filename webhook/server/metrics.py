@@ -71,6 +71,12 @@ class AdmissionMetrics:
             ["endpoint", "code"],
             registry=self.registry,
         )
+        self.forwarded = Counter(
+            "gpu_admission_forwarded_total",
+            "Reviews this replica forwarded to the elected decider, by endpoint and the decider's HTTP status.",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
         self.policy_reload_failures = Counter(
             "gpu_admission_policy_reload_failures_total",
             "Policy file changes that could not be loaded (the previous policy stays in force).",

@@ -67,6 +67,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
         None,
     ),
     "ha": ({"webhook": {"replicas": 2}}, None),
+    "single": ({"webhook": {"replicas": 1}}, None),
+    "ledger": ({"webhook": {"reservations": "api"}}, None),
     "agent-off": ({"agent": {"enabled": False}}, None),
     "monitoring": (MONITORING_ON, None),
     "network-policy": ({"webhook": {"networkPolicy": NETWORK_POLICY}}, None),
@@ -366,8 +368,16 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
             },
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         ]
-    # One replica keeps reservations in memory: no write access at all.
-    assert find(docs, "Role", f"{FULLNAME}-reservations") == []
+    # Three replicas elect one decider, which keeps reservations in memory: the Lease, nothing else.
+    assert rules_of(docs, "Role", f"{FULLNAME}-reservations") == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ]
+    # One replica keeps them in its own memory: no write access at all.
+    assert find(rendered["single"], "Role", f"{FULLNAME}-reservations") == []
+    # The ConfigMap ledger: ConfigMaps only.
+    assert rules_of(rendered["ledger"], "Role", f"{FULLNAME}-reservations") == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}
+    ]
 
 
 def test_bindings_grant_chart_roles_to_chart_service_accounts(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -402,11 +412,24 @@ def test_webhook_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
     deployment = one(rendered["default"], "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     c = spec["containers"][0]
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 3
     assert c["args"][:2] == ["serve", "--in-cluster"]
     assert "--cert-dir=/etc/gpu-admission/tls" in c["args"]
     assert "--policy=/etc/gpu-admission/policy/policy.yaml" in c["args"]
-    assert not any(a.startswith("--reservations") for a in c["args"])
+    # Highly available by default: one elected decider, the others forward to it at the pod's address.
+    assert "--reservations=leader" in c["args"] and "--peer-url=https://$(POD_IP):8443" in c["args"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    anti = spec["affinity"]["podAntiAffinity"]
+    assert anti["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": selector}}]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 100, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+                                            "labelSelector": {"matchLabels": selector}}}]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    priority = one(rendered["default"], "PriorityClass")
+    assert spec["priorityClassName"] == priority["metadata"]["name"] and priority["value"] == 1000000000
+    assert one(rendered["default"], "PodDisruptionBudget")["spec"]["minAvailable"] == 2
     assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
@@ -418,7 +441,11 @@ def test_webhook_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert volumes["tls"]["secret"]["secretName"] == f"{FULLNAME}-tls"
     assert [i["key"] for i in volumes["tls"]["secret"]["items"]] == ["tls.crt", "tls.key"]
     assert volumes["policy"]["configMap"]["name"] == f"{FULLNAME}-policy"
-    assert one(rendered["default"], "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    single = one(rendered["single"], "Deployment")
+    assert not any(a.startswith("--reservations") for a in single["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "affinity" not in single["spec"]["template"]["spec"]
+    assert single["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert one(rendered["single"], "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
 def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -430,7 +457,8 @@ def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dic
     assert spec["ingress"] == [
         {
             "ports": [{"port": "https", "protocol": "TCP"}],
-            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.0.1.5/32"}}, PROMETHEUS_PEER],
+            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.0.1.5/32"}}, PROMETHEUS_PEER,
+                     {"podSelector": spec["podSelector"]}],  # replicas forward to the elected decider
         }
     ]
 
@@ -438,14 +466,13 @@ def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dic
 def test_high_availability_shares_reservations(rendered: dict[str, list[dict[str, Any]]]) -> None:
     docs = rendered["ha"]
     assert one(docs, "Deployment")["spec"]["replicas"] == 2
-    assert "--reservations=api" in container(docs, "Deployment", FULLNAME)["args"]
+    assert "--reservations=leader" in container(docs, "Deployment", FULLNAME)["args"]
     assert one(docs, "PodDisruptionBudget")["spec"] == {
         "minAvailable": 1,
         "selector": one(docs, "Deployment")["spec"]["selector"],
     }
-    assert rules_of(docs, "Role", f"{FULLNAME}-reservations") == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}
-    ]
+    ledger = container(rendered["ledger"], "Deployment", FULLNAME)["args"]
+    assert "--reservations=api" in ledger and "--ledger-budget=4" in ledger
 
 
 def test_service_client_config_and_certificates_agree(rendered: dict[str, list[dict[str, Any]]]) -> None:

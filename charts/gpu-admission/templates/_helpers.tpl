@@ -81,7 +81,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* "memory" or "api": the effective reservation store of the server. */}}
 {{- define "gpu-admission.reservations" -}}
 {{- if eq .Values.webhook.reservations "auto" }}
-{{- if gt (int .Values.webhook.replicas) 1 }}api{{ else }}memory{{ end }}
+{{- if gt (int .Values.webhook.replicas) 1 }}leader{{ else }}memory{{ end }}
 {{- else }}
 {{- .Values.webhook.reservations }}
 {{- end }}

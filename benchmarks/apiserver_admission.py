@@ -127,10 +127,10 @@ class Client:
         answer = self.conn.getresponse()
         return answer.status, answer.read()
 
-    def create(self, namespace: str, name: str) -> tuple[float, int]:
+    def create(self, namespace: str, name: str) -> tuple[float, int, bytes]:
         start = time.perf_counter()
-        status, _ = self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod_body(name))
-        return time.perf_counter() - start, status
+        status, body = self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod_body(name))
+        return time.perf_counter() - start, status, body
 
 
 def webhook_seconds(plane: ControlPlane) -> dict[str, tuple[float, float]]:
@@ -212,6 +212,7 @@ class Phase:
         self.spent: dict[str, float] = {}  # the API server's seconds in each webhook, over every run
         self.written = 0.0
         self.cpu: dict[str, float] = {}  # CPU seconds of each program on the host, over every run
+        self.messages: list[str] = []  # the API server's answers to the creates that failed
 
     def run(self, jobs: list[tuple[str, str]], threads: int) -> Phase:
         before, writes_before = webhook_seconds(self.plane), configmap_writes(self.plane)
@@ -226,10 +227,12 @@ class Phase:
                     if not queue:
                         return
                     namespace, name = queue.pop()
-                seconds, status = client.create(namespace, name)
+                seconds, status, body = client.create(namespace, name)
                 with lock:
                     self.latencies.append(seconds)
                     self.failures += status != 201
+                    if status != 201:
+                        self.messages.append(body.decode(errors="replace"))
 
         start = time.perf_counter()
         workers = [threading.Thread(target=work) for _ in range(threads)]

@@ -80,6 +80,7 @@ def test_the_chart_queries_metrics(chart_queries: dict[str, set[str]]) -> None:
         "GpuAdmissionCacheStale",
         "GpuAdmissionCertificateExpiring",
         "GpuAdmissionQuotaNearlyFull",
+        "GpuAdmissionStateObjectNearLimit",
         "dashboard",
     }
     assert set().union(*chart_queries.values()) == {
@@ -95,6 +96,7 @@ def test_the_chart_queries_metrics(chart_queries: dict[str, set[str]]) -> None:
         "gpu_admission_gpus_free",
         "gpu_admission_certificate_expiry_seconds",
         "gpu_admission_errors_total",
+        "gpu_admission_largest_written_object_bytes",
     }
 
 

@@ -155,3 +155,14 @@ def test_a_deleted_lease_is_made_again_by_one_replica() -> None:
 def test_the_periods_must_leave_no_overlap() -> None:
     with pytest.raises(ValueError):
         LeaseElector(FakeLeases(), "a", "https://a", lease_seconds=10, renew_deadline=10)
+
+
+def test_the_lease_stays_the_same_size_however_long_it_is_renewed() -> None:
+    """The only object the replicas write: its size is bounded, whatever the pods and the hours."""
+    leases = FakeLeases()
+    clock = Clock(0.0)
+    a = replica(leases, "a", clock)
+    a.step()
+    first = a.largest_write
+    advance(600, [clock], [a])
+    assert leases.writes > 250 and a.largest_write < first + 64 < 1024  # only its resourceVersion grows

@@ -112,6 +112,7 @@ class GroupApiStore(ApiStore):
             },
             "data": {self.DATA_KEY: json.dumps([e.to_json() for e in entries], separators=(",", ":"))},
         }
+        self.largest_write = max(self.largest_write, len(body["data"][self.DATA_KEY].encode()))
         if resource_version is None:
             created = self.api.create_namespaced_config_map(self.namespace, body)
             return str(created.metadata.resource_version)

@@ -16,6 +16,7 @@ cannot hand the lease over early:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -88,6 +89,7 @@ class LeaseElector:
         self.on_elected = on_elected
         self.eligible = eligible  # a replica whose picture is unfit (watch unsynced or stale) never leads
         self.transitions = 0  # times this replica became leader
+        self.largest_write = 0  # bytes of the largest Lease body written (a constant, whatever the pods)
         self._lock = threading.Lock()
         self._renewed: float | None = None  # last successful renewal while holding the lease
         self._deciding_from = 0.0
@@ -182,7 +184,9 @@ class LeaseElector:
             spec["acquireTime"] = stamp
         spec.update(holderIdentity=self.identity, leaseDurationSeconds=int(self.lease_seconds), renewTime=stamp,
                      leaseTransitions=transitions)
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+        self.largest_write = max(self.largest_write, len(json.dumps(body)))
+        return body
 
 
 def _peer_of(lease: Mapping[str, Any]) -> str | None:

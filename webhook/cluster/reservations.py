@@ -209,6 +209,7 @@ class ApiStore:
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.conflicts = 0
         self.retries = 0
+        self.largest_write = 0  # bytes of the largest ledger written (the object limit is 1 MiB)
         self._stored: dict[str, _Stored] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -332,6 +333,7 @@ class ApiStore:
             },
             "data": {self.DATA_KEY: json.dumps([e.to_json() for e in entries], separators=(",", ":"))},
         }
+        self.largest_write = max(self.largest_write, len(body["data"][self.DATA_KEY].encode()))
         if resource_version is None:
             created = self.api.create_namespaced_config_map(self.namespace, body)
             return str(created.metadata.resource_version)

@@ -103,6 +103,17 @@ class LiveSource:
         """Who decides, when replicas elect one decider; None: this replica decides alone."""
         return None if self.elector is None else self.elector.state()
 
+    def reservation_count(self) -> int:
+        """Admitted pods the watch has not shown yet (what the reservations hold)."""
+        return len(self.ledger.active(self.horizon()))
+
+    def largest_written(self) -> int:
+        """Bytes of the largest state object this replica wrote: a ledger ConfigMap's data
+        (`--reservations api`, grows with in-flight admissions up to the 1 MiB object limit) or the
+        decider's Lease (constant); 0 when it writes none."""
+        stores = (self.ledger.store, self.groups.store, self.elector)
+        return max((int(getattr(store, "largest_write", 0)) for store in stores), default=0)
+
     def can_lead(self) -> bool:
         """Whether this replica's picture is fit to decide from: synced and not stale."""
         return self.cache.synced() and self.cache.silence() <= self.policy().stale_after_seconds

@@ -227,7 +227,15 @@ def node_of(node_obj: Mapping[str, Any], inventory_obj: Mapping[str, Any] | None
         inventory_source=source,
         toolkit_envvar=toolkit,
         mig=offer_of(labels, allocatable, mig_devices) if vendor == "nvidia" else {},
+        gpu_units=_gpu_units(allocatable) if vendor == "nvidia" and gpus else None,
     )
+
+
+def _gpu_units(allocatable: Mapping[str, Any]) -> int | None:
+    """The `nvidia.com/gpu` units the node's device plugin advertises (None: it advertises none)."""
+    if "nvidia.com/gpu" not in allocatable:
+        return None
+    return _whole(allocatable["nvidia.com/gpu"], "status.allocatable[nvidia.com/gpu]")
 
 
 def claim_of(obj: Mapping[str, Any], kind: str | None = None) -> tuple[str, Claim]:

@@ -115,6 +115,18 @@ class ClusterCollector(Collector):
         self._expiry = CertificateExpiry(cert_file) if cert_file else None
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        for name, method, text in (
+            ("gpu_admission_reservations", "reservation_count",
+             "Admitted pods the watch has not shown yet, held by this replica's reservations."),
+            ("gpu_admission_largest_written_object_bytes", "largest_written",
+             "Bytes of the largest state object this replica wrote (a ledger ConfigMap's data, or the decider's"
+             " Lease); the API server refuses objects over 1 MiB."),
+        ):
+            read = getattr(self._source, method, None)
+            if callable(read):
+                family = GaugeMetricFamily(name, text)
+                family.add_metric([], float(read()))
+                yield family
         age = GaugeMetricFamily("gpu_admission_snapshot_age_seconds", "Seconds since the cluster picture changed.")
         age.add_metric([], self._source.age_seconds())
         yield age

@@ -120,6 +120,13 @@ class StaticSource:
         with self._lock:
             return dict(self._reservations)
 
+    def reservation_count(self) -> int:
+        return len(self._reservations)
+
+    def largest_written(self) -> int:
+        """Nothing is written anywhere: cluster files are read, reservations kept here."""
+        return 0
+
     def commit(
         self, uid: str, namespace: str, decide: Decide, dry_run: bool, group: GroupRef | None = None,
         pod: Mapping[str, Any] | None = None,

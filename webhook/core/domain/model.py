@@ -70,6 +70,10 @@ class Node:
     # and the other NVIDIA resources it advertises under names of their own, by name
     # ("nvidia.com/gpu.shared"), from its allocatable (placement/mig.py).
     mig: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # The `nvidia.com/gpu` units its device plugin advertises (allocatable): the scheduler admits pods
+    # until their requests add up to this, whatever their share of a card. One unit per card without
+    # HAMi's split or time-slicing replicas; None: unknown (no limit beyond the cards).
+    gpu_units: int | None = None
 
     @property
     def clique(self) -> str | None:

@@ -203,6 +203,8 @@ def _choose(state: State, fit: Fit, allowed: int, demand: Demand, policy: str) -
     """The GPUs (or why none), once the node has the CPU and memory for the pod."""
     node = state.shape.template
     graph = state.shape.graph
+    if node.gpu_units is not None and sum(u.tasks for u in state.usage.gpus) + demand.count > node.gpu_units:
+        return "busy"  # the scheduler counts whole units: a shared card still takes one per pod
     if demand.exclusive:
         free = allowed & state.idle
         if free.bit_count() < demand.count:

@@ -173,7 +173,8 @@ def taken(
 
 def _shape_key(node: Node) -> tuple[Any, ...]:
     gpus = tuple((g.model, g.memory_mib, g.numa, g.healthy) for g in node.gpus)
-    return (node.vendor, gpus, node.nvlink, node.pcie, node.cpu_milli, node.memory_mib, node.unschedulable)
+    return (node.vendor, gpus, node.nvlink, node.pcie, node.cpu_milli, node.memory_mib, node.unschedulable,
+            node.gpu_units)
 
 
 @dataclass(eq=False)

@@ -21,8 +21,12 @@ LEASE = "gpu-admission-decider"
 @pytest.fixture(scope="module")
 def core(admin: client.ApiClient, webhook: Webhook) -> Iterator[client.CoreV1Api]:
     webhook.scale(3, "leader")
-    yield client.CoreV1Api(admin)
+    api = client.CoreV1Api(admin)
+    yield api
     webhook.scale(1, "api")
+    for namespace in api.list_namespace().items:  # no kubelet confirms a deletion: forced, freeing the nodes
+        if namespace.metadata.name.startswith("e2e-decider"):
+            api.delete_collection_namespaced_pod(namespace.metadata.name, grace_period_seconds=0)
 
 
 def decider(admin: client.ApiClient, webhook: Webhook) -> Replica:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.core.domain.decision import denied
+from webhook.core.domain.vendor_quota import device_resource
 
 from .check_report import EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT, Result, summary  # noqa: F401 - the module's API
 
@@ -280,7 +281,9 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             if decision.allocation.node:
                 result.nodes.append(decision.allocation.node)
     if result.allowed and item.replicas > 1 and result.managed and result.allocation is not None:
-        result.message = f"{item.replicas} pods admitted; " + _nodes_text(result.nodes) + _domains_text(result.pods)
+        kind = result.allocation.get("mig")  # MIG or shared devices: the scheduler picks the nodes offering them
+        where = f"on nodes offering {device_resource(str(kind))}" if kind else _nodes_text(result.nodes)
+        result.message = f"{item.replicas} pods admitted; " + where + _domains_text(result.pods)
     elif item.replicas == 0:
         result.notes.append("0 pods now: one pod decided, not counted")
     if getattr(item, "per_node", False):

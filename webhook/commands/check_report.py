@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree
 
+from webhook.core.domain.vendor_quota import device_resource
+
 EXIT_ALLOWED, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
 
 
@@ -116,8 +118,10 @@ def slice_text(alloc: Mapping[str, Any]) -> str:
     """ "1 GPU x 20000 MiB/50%", "2 GPUs x memory unknown/100%": what each pod gets, with nothing unset shown."""
     count = alloc.get("gpuCount")
     count = count if isinstance(count, int) else 0
-    if alloc.get("mig"):
-        return f"{count} MIG device(s) x {_memory(alloc.get('memoryMiB'))}"
+    kind = alloc.get("mig")
+    if kind:  # a MIG profile ("3g.20gb"), or the full name of another advertised resource
+        devices = "device(s)" if "/" in str(kind) else "MIG device(s)"
+        return f"{count} {devices} x {_memory(alloc.get('memoryMiB'))}"
     cores = alloc.get("cores")
     return f"{_plural(count, 'GPU')} x {_memory(alloc.get('memoryMiB'))}" + (
         f"/{cores}%" if isinstance(cores, int) else ""
@@ -131,8 +135,8 @@ def allowed_detail(r: Result) -> str:
         return f"no GPU allocated ({r.reason}: {r.message})" if r.message else f"no GPU allocated ({r.reason})"
     if r.replicas > 1:
         return f"{r.message}; {slice_text(alloc)} each"
-    if alloc.get("mig"):  # MIG devices: the scheduler picks among the nodes offering the profile
-        return f"on a node offering nvidia.com/mig-{alloc['mig']}, {slice_text(alloc)}"
+    if alloc.get("mig"):  # MIG or shared devices: the scheduler picks among the nodes offering the resource
+        return f"on a node offering {device_resource(str(alloc['mig']))}, {slice_text(alloc)}"
     where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
     topology = f", {alloc['topology']}" if alloc.get("topology") else ""
     return f"{where}, {slice_text(alloc)}{topology}"

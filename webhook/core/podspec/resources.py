@@ -15,7 +15,7 @@ from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES,
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.vendor_quota import device_resource
 
-from .dialects import gpu_policy, numa_bind
+from .dialects import fraction_container, gpu_policy, numa_bind
 from .limits import WIDENING_HINTS, is_pin
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendors import (
@@ -25,7 +25,6 @@ from .vendors import (
     HAMI_NUMA_BIND,
     HAMI_POLICIES,
     KAI_FRACTION,
-    KAI_FRACTION_CONTAINER,
     KAI_MEMORY,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
@@ -293,19 +292,13 @@ def _get(values: Mapping[str, tuple[str, int]], field: str) -> int | None:
     return values[field][1] if field in values else None
 
 
-def _kai_container(containers: list[ContainerRequest], name: object, notes: _Notes) -> int | None:
-    """The container KAI gives the fraction to: the one gpu-fraction-container-name names (init
-    containers first, as KAI's binder looks), else the first app container."""
-    if name is None:
-        return next((i for i, c in enumerate(containers) if not c.init), 0)
-    for init in (True, False):
-        for i, c in enumerate(containers):
-            if c.init == init and c.name == name:
-                return i
-    notes.deny("invalid-annotation", 422,
-               f"annotation {KAI_FRACTION_CONTAINER} is {name!r}, which names no container of the pod; "
-               "write the name of the container that uses the GPU")
-    return None
+def _kai_container(containers: list[ContainerRequest], annotations: Mapping[str, Any], notes: _Notes) -> int | None:
+    """The container KAI gives the share to (see `fraction_container`); None, with the refusal noted, when
+    the annotation names no container or the share would reach an Argo pod's executor."""
+    target = fraction_container([(c.name, c.init) for c in containers], annotations)
+    if target.problem:
+        notes.deny("invalid-annotation", 422, target.problem)
+    return target.position
 
 
 def _counted_kai_owner(containers: list[ContainerRequest], owner: int | None, share: GpuRequest,
@@ -479,7 +472,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     if annotation_error:
         notes.deny("invalid-annotation", 422, annotation_error)
     if annotation_gpu is not None:
-        owner = _kai_container(containers, annotations.get(KAI_FRACTION_CONTAINER), notes) if containers else None
+        owner = _kai_container(containers, annotations, notes) if containers else None
         # Conflict unless the only GPU resource is the plain device count the mutation adds for the
         # default scheduler to the container the share belongs to (what accounting reads).
         if any(c.gpu for c in containers) and not _counted_kai_owner(

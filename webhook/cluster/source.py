@@ -17,7 +17,7 @@ from typing import Any
 from webhook.core.admission.isolation import env_reads, with_env_reads
 from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
-from webhook.core.domain.model import NodeUsage, Snapshot, Usage
+from webhook.core.domain.model import Allocation, NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
 from webhook.core.placement.group_room import GroupOutcomes, has_domains
 from webhook.core.placement.groups import GroupRef
@@ -34,6 +34,10 @@ from .reservations import Entries, Ledger, Reservation, ReservationStoreError
 log = logging.getLogger(__name__)
 
 Decide = Callable[[Snapshot], Decision]
+# How long a plan holds its GPUs for the validation of its pod: the API server calls the validating
+# webhook within the request's timeout (the chart's is 5 s), so a plan older than that is for a pod that
+# was refused, or never sent on.
+HOLD_SECONDS = 10.0
 
 
 def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -> Snapshot:
@@ -89,7 +93,11 @@ class LiveSource:
         self.policy = policy
         self.keep_seconds = keep_seconds
         self._view_lock = threading.Lock()
-        self._view: tuple[tuple[int, int], float, Snapshot] | None = None
+        self._view: tuple[tuple[int, ...], float, float, Snapshot] | None = None
+        # Plans the mutating webhook made whose validation has not come yet: key -> (until, allocation).
+        self._plan_lock = threading.Lock()
+        self._holds: dict[str, tuple[float, Allocation]] = {}
+        self._holds_version = 0
         self.upkeep: Upkeep | None = None  # the watch and prune threads, when built by build_source
         self.elector: LeaseElector | None = None  # with --reservations leader: who decides (cluster/leader.py)
 
@@ -105,7 +113,49 @@ class LiveSource:
 
     def reservation_count(self) -> int:
         """Admitted pods the watch has not shown yet (what the reservations hold)."""
-        return len(self.ledger.active(self.horizon()))
+        _, generation = self.cache.view()
+        return sum(1 for e in self.ledger.active(self.horizon()) if not self.cache.counted(e.uid, generation))
+
+    # -- plans between the two webhooks --------------------------------------------------------
+
+    def plan(self, decide: Decide, key: str, dry_run: bool) -> Decision:
+        """The mutating webhook's decision, one at a time, each seeing the GPUs the plans before it took:
+        the pods of a burst are planned onto different cards, not all onto the same free one. A plan holds
+        its node's GPUs (never quota) until its pod's validation (`release`) or HOLD_SECONDS."""
+        with self._plan_lock:
+            decision = decide(self.snapshot())
+            allocation = decision.allocation
+            if (key and not dry_run and decision.allowed and allocation is not None and allocation.node
+                    and allocation.gpus and allocation.node in self.cache.view()[0].nodes):
+                with self._view_lock:
+                    self._holds[key] = (self.ledger.clock() + HOLD_SECONDS, allocation)
+                    self._holds_version += 1
+            return decision
+
+    def release(self, key: str) -> None:
+        """The plan `key` is decided on by validation: its reservation (if any) counts from now on."""
+        with self._view_lock:
+            if key and self._holds.pop(key, None) is not None:
+                self._holds_version += 1
+
+    def _with_holds(self, snapshot: Snapshot, now: float) -> tuple[Snapshot, float]:
+        """`snapshot` with the node usage of the plans not yet validated (expired ones dropped), and when
+        the first of them expires."""
+        with self._view_lock:
+            for key in [k for k, (until, _) in self._holds.items() if until <= now]:
+                del self._holds[key]
+                self._holds_version += 1
+            holds = [a for _, a in self._holds.values()]
+            first = min((until for until, _ in self._holds.values()), default=float("inf"))
+        if not holds:
+            return snapshot, first
+        changed: dict[str, NodeUsage] = {}
+        for allocation in holds:
+            node = snapshot.nodes.get(allocation.node or "")
+            if node is not None:
+                changed[node.name] = add_to_node(node, changed.get(node.name) or snapshot.usage.get(
+                    node.name, NodeUsage()), allocation)
+        return with_usage(snapshot, changed), first
 
     def largest_written(self) -> int:
         """Bytes of the largest state object this replica wrote: a ledger ConfigMap's data
@@ -126,16 +176,18 @@ class LiveSource:
 
     def snapshot(self) -> Snapshot:
         base, generation = self.cache.view()
-        key = (generation, self.ledger.store.version, self.groups.version)
+        key = (generation, self.ledger.store.version, self.groups.version, self._holds_version)
         horizon = self.horizon()
         view = self._view
-        if view is not None and view[0] == key and horizon < view[1]:
-            return view[2]
+        now = self.ledger.clock()
+        if view is not None and view[0] == key and horizon < view[1] and now < view[2]:
+            return view[3]
         entries = [e for e in self.ledger.active(horizon) if not self.cache.counted(e.uid, generation)]
-        snapshot = self._with_groups(with_reservations(base, entries))
+        snapshot, first_hold = self._with_holds(self._with_groups(with_reservations(base, entries)), now)
+        key = (generation, self.ledger.store.version, self.groups.version, self._holds_version)
         valid_until = min((e.expires_at for e in entries), default=float("inf"))
         with self._view_lock:
-            self._view = (key, valid_until, snapshot)
+            self._view = (key, valid_until, first_hold, snapshot)
         return snapshot
 
     def fresh_snapshot(self, namespace: str) -> Snapshot:

@@ -17,12 +17,14 @@ from typing import Any, NamedTuple
 from webhook.core.admission.trust import is_mirror_pod, nonce_of, record_update
 from webhook.core.admission.updates import pod_update
 from webhook.core.domain.decision import Decision, allowed
+from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.names import GROUP as INVENTORY_GROUP
 from webhook.core.domain.names import INVENTORY_PLURAL as INVENTORY_RESOURCE
 from webhook.core.placement.group_place import placed_here
 from webhook.core.podspec.workload import describe as describe_workload
 from webhook.policyfile.holder import PolicyHolder
 
+from . import jsoncodec
 from . import review as rv
 from .logs import ADMISSION_LOGGER, admission_fields, log_admission
 from .metrics import AdmissionMetrics
@@ -267,7 +269,13 @@ class AdmissionHandler:
         policy = self.policy.get()
         if endpoint == "mutate":
             extra = {"nonce": nonce_of(uid)} if self.core.mutate_nonce else {}
-            decision = self.core.mutate(pod, self.source.snapshot(), policy, namespace=namespace or None, **extra)
+            mutate = self.core.mutate
+            plan = getattr(self.source, "plan", None)  # a live source holds each plan's GPUs until validation
+            if plan is None:
+                decision = mutate(pod, self.source.snapshot(), policy, namespace=namespace or None, **extra)
+            else:
+                decision = plan(lambda snapshot: mutate(pod, snapshot, policy, namespace=namespace or None, **extra),
+                                extra.get("nonce", ""), incoming.dry_run)
             return _from_decision(uid, decision, with_patch=True)
         pod_uid = _text(metadata.get("uid")) or uid
         validate = self.core.validate
@@ -282,6 +290,9 @@ class AdmissionHandler:
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, pod=pod)
         else:  # its group's record is written with the reservation (a source that keeps groups)
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group, pod=pod)
+        release = getattr(self.source, "release", None)
+        if release is not None and not incoming.dry_run:
+            release(_record_nonce(metadata))  # its reservation (if admitted) now holds what its plan held
         return _from_decision(uid, decision, with_patch=False)
 
     def _record_update(self, incoming: rv.IncomingReview) -> _Outcome:
@@ -367,6 +378,19 @@ class AdmissionHandler:
             mutating=endpoint == "mutate",
         )
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
+
+
+def _record_nonce(metadata: Mapping[str, Any]) -> str:
+    """The nonce of the pod's decision record (the key its mutation's plan is held under), "" if none."""
+    text = _mapping(metadata.get("annotations")).get(ALLOCATION)
+    if not isinstance(text, str) or '"nonce"' not in text:
+        return ""
+    try:
+        record = jsoncodec.loads(text.encode())
+    except (ValueError, RecursionError):
+        return ""
+    nonce = record.get("nonce") if isinstance(record, dict) else None
+    return nonce if isinstance(nonce, str) else ""
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

@@ -88,6 +88,7 @@ METRICS = {
     "gpu_admission_gpus_free",
     "gpu_admission_certificate_expiry_seconds",
     "gpu_admission_errors_total",
+    "gpu_admission_largest_written_object_bytes",
 }
 
 

@@ -348,7 +348,7 @@ def main() -> int:
             client.CoreV1Api(admin).patch_namespace(f"noop-{i}", {"metadata": {"labels": {NOOP_LABEL: "true"}}})
         Phase(plane, "warm-up").run(names(["on-0", "off-0", "noop-0"], 60), 4)
         for replicas in replica_counts:
-            webhook.scale(replicas, "memory" if replicas == 1 else "api")  # the chart's default for each
+            webhook.scale(replicas, "memory" if replicas == 1 else "leader")  # the chart's default for each
             Phase(plane, "warm-up").run(names(["on-0"], 8 * replicas), replicas * 2)
             results["replicas"][replicas] = measure(plane, webhook, args, names, replicas)
     finally:

@@ -69,6 +69,7 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
     "ha": ({"webhook": {"replicas": 2}}, None),
     "single": ({"webhook": {"replicas": 1}}, None),
     "ledger": ({"webhook": {"reservations": "api"}}, None),
+    "own-key": ({"webhook": {"recordKey": {"existingSecret": "team-made-key"}}}, None),
     "agent-off": ({"agent": {"enabled": False}}, None),
     "monitoring": (MONITORING_ON, None),
     "network-policy": ({"webhook": {"networkPolicy": NETWORK_POLICY}}, None),
@@ -720,3 +721,18 @@ def test_long_release_names_stay_within_kubernetes_limits(helm: helm_tool.Helm) 
         assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
     # The CronJob controller appends an 11-character suffix to name each Job.
     assert len(one(docs, "CronJob")["metadata"]["name"]) <= 52
+
+
+def test_a_record_key_made_outside_the_chart_is_mounted_and_none_is_rendered(
+    rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Rendered without the cluster (helm template, GitOps), `lookup` finds nothing and each render would
+    make a new key: with existingSecret no key is rendered at all, and every replica mounts that Secret."""
+    docs = rendered["own-key"]
+    assert find(docs, "Secret", f"{FULLNAME}-record-key") == []
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["record-key"]["secret"]["secretName"] == "team-made-key"
+    default = {v["name"]: v for v in one(rendered["default"], "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert default["record-key"]["secret"]["secretName"] == f"{FULLNAME}-record-key"
+    assert one(rendered["default"], "Secret", f"{FULLNAME}-record-key")["data"]["record.key"]
+

@@ -26,6 +26,7 @@ RESERVATION_STORES = ("memory", "api", "leader")
 PEER_URL_ENV = "GPU_ADMISSION_PEER_URL"
 RESERVATIONS_ENV = "GPU_ADMISSION_RESERVATIONS"
 RECORD_KEY_ENV = "GPU_ADMISSION_RECORD_KEY_FILE"  # the key that seals decision records (the chart's Secret)
+PREVIOUS_KEY_FILE = "previous.key"  # beside it during a rotation: still accepted
 
 log = logging.getLogger("webhook.serve")
 
@@ -173,15 +174,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_key() -> bytes:
+def _record_key() -> bytes | tuple[bytes, ...]:
     """The key in $GPU_ADMISSION_RECORD_KEY_FILE, else a random one (then one replica only: another
-    replica could not verify this one's records, and its validation would refuse them)."""
+    replica could not verify this one's records, and its validation would refuse them). A `previous.key`
+    beside it (a rotation in progress) is still accepted: records sealed with it, and reviews other
+    replicas sign with it, verify until every replica has the new key."""
     path = os.environ.get(RECORD_KEY_ENV)
     if not path:
         log.warning("$%s not set: decision records are sealed with a random key; run one replica only", RECORD_KEY_ENV)
         return os.urandom(32)
+    key = _key_file(Path(path))
+    previous = Path(path).with_name(PREVIOUS_KEY_FILE)
+    if previous.is_file():
+        return key, _key_file(previous)
+    return key
+
+
+def _key_file(path: Path) -> bytes:
     try:
-        key = Path(path).read_bytes().strip()
+        key = path.read_bytes().strip()
     except OSError as err:
         raise UserError(f"{path}: cannot read the record key (${RECORD_KEY_ENV}): {err.strerror or err}") from None
     if len(key) < 16:

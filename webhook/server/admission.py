@@ -59,7 +59,7 @@ class AdmissionCore:
     pod_update: Callable[..., Decision] | None = None
 
 
-def real_core(record_key: bytes | None = None) -> AdmissionCore:
+def real_core(record_key: bytes | tuple[bytes, ...] | None = None) -> AdmissionCore:
     """The allocation core's entry points (imported here, not at module load), sealing decision records
     with `record_key` (None: a random key, good for this process only; `serve` passes the chart's Secret)."""
     from functools import partial
@@ -131,7 +131,7 @@ class AdmissionHandler:
         # With an elected decider (cluster/leader.py): the client forwarding reviews to it, and the key
         # that signs them (the record key every replica holds); set by the app.
         self.peer: Any = None
-        self.peer_key: bytes | None = None
+        self.peer_key: bytes | tuple[bytes, ...] | None = None
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def handle(

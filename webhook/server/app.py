@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
 
+from webhook.core.podspec.record import RecordKey, sealing_key
 from webhook.policyfile.holder import PolicyHolder
 
 from . import jsoncodec
@@ -44,7 +45,7 @@ class ServerConfig:
     """The decision functions; None: the real allocation core."""
     policy: PolicyHolder | None = None
     """The process's policy holder (`serve` shares it with the live source); overrides `policy_file`."""
-    record_key: bytes | None = None
+    record_key: RecordKey | None = None
     """The key that seals decision records; every process and replica of one webhook needs the same one
     (`serve` reads it from $GPU_ADMISSION_RECORD_KEY_FILE, the chart's Secret). None: a random key."""
     peer_ca_file: str | None = None
@@ -77,7 +78,7 @@ def create_app(config: ServerConfig) -> Flask:
     peer = None
     if _leadership(config.source) is not None and config.record_key is not None:
         trust = [path for path in (config.cert_file, config.peer_ca_file) if path]
-        peer = PeerClient(config.record_key, trust)
+        peer = PeerClient(sealing_key(config.record_key), trust)
     handler.peer = peer
     handler.peer_key = config.record_key
     app.wsgi_app = AdmissionLane(app.wsgi_app, handler, config.require_client_cert)  # type: ignore[method-assign]

@@ -38,8 +38,10 @@ def signature(key: bytes, endpoint: str, body: bytes) -> str:
     return hmac.new(key, endpoint.encode() + b"\n" + body, hashlib.sha256).hexdigest()
 
 
-def signed(key: bytes, endpoint: str, body: bytes, given: str | None) -> bool:
-    return bool(given) and hmac.compare_digest(signature(key, endpoint, body), str(given))
+def signed(key: bytes | tuple[bytes, ...], endpoint: str, body: bytes, given: str | None) -> bool:
+    """Whether `given` signs the review under the key, or any key a rotation keeps (a tuple)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return bool(given) and any(hmac.compare_digest(signature(k, endpoint, body), str(given)) for k in keys)
 
 
 class PeerError(Exception):

@@ -33,7 +33,7 @@ from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings
 from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.record import sealed_text, shape_of
+from webhook.core.podspec.record import RecordKey, sealed_text, shape_of
 from webhook.core.podspec.vendors import (
     COUNT_RESOURCES,
     SELECTORS,
@@ -51,7 +51,7 @@ from .screen import backend_of, screen
 
 
 def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
-           record_key: bytes = b"", nonce: str = "") -> Decision:
+           record_key: RecordKey = b"", nonce: str = "") -> Decision:
     """Plan: choose node and GPUs, and return the patch that writes limits, tolerations, affinity and
     the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
     verify in one process with the default) and carrying `nonce` (the server's review uid; a record the
@@ -282,7 +282,7 @@ def _allocation(request: PodRequest, option: Option | None, fallback: Node | Non
 
 
 def _patch(request: PodRequest, allocation: Allocation, placement: Placement | None, snapshot: Snapshot,
-           policy: Policy, *, key: bytes, required: Mapping[str, Any] | None = None,
+           policy: Policy, *, key: RecordKey, required: Mapping[str, Any] | None = None,
            group_required: Mapping[str, Any] | None = None, group_preferred: Mapping[str, Any] | None = None,
            nonce: str = "") -> list[dict[str, Any]]:
     """The operations, the sealed record last. `required`: the node requirement of a sealed record,

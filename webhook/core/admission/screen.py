@@ -13,7 +13,7 @@ from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
-from webhook.core.podspec.record import ANNOTATION, Sealed
+from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, is_mapping, kept_for_scheduler, list_of
 from webhook.core.policy.model import Policy
@@ -85,7 +85,7 @@ def _stale_models(recorded: Allocation, required: Mapping[str, Any] | None, snap
     return next((m for m in models if m and not matches_model(m, allowed_models)), None)
 
 
-def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: bytes,
+def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: RecordKey,
             validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
     one is already reached (allowed-unmanaged or denied), and the pod's record if this webhook sealed it.

@@ -15,13 +15,13 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import PodRequest
-from webhook.core.podspec.record import ANNOTATION, Sealed, read_sealed, shape_of
+from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed, read_sealed, shape_of
 from webhook.core.podspec.vendors import is_mapping, list_of, mapping_of
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def sealed_record(pod: Mapping[str, Any], request: PodRequest, key: bytes) -> Sealed | str | None:
+def sealed_record(pod: Mapping[str, Any], request: PodRequest, key: RecordKey) -> Sealed | str | None:
     """The pod's record when its seal verifies, None when it carries none, else why it is not ours."""
     raw = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
     if raw is None:

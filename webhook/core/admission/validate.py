@@ -11,7 +11,7 @@ from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.record import ANNOTATION
+from webhook.core.podspec.record import ANNOTATION, RecordKey
 from webhook.core.podspec.vendors import is_mapping, list_of
 from webhook.core.policy.model import Policy
 
@@ -22,7 +22,7 @@ from .screen import backend_of, screen
 
 
 def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
-             record_key: bytes = b"") -> Decision:
+             record_key: RecordKey = b"") -> Decision:
     """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
     node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
     a patch."""

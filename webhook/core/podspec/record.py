@@ -179,6 +179,14 @@ def shape_of(namespace: str, containers: Iterable[ContainerRequest]) -> str:
                                       for c in containers if c.gpu is not None)
 
 
+# The key that seals records, or the keys a rotation keeps (the first seals; any of them verifies).
+RecordKey = bytes | tuple[bytes, ...]
+
+
+def sealing_key(key: RecordKey) -> bytes:
+    return key[0] if isinstance(key, tuple) else key
+
+
 def seal(text: str, shape: str, key: bytes) -> str:
     """HMAC-SHA256 (128 bits, hex) of the record's text and the pod's shape."""
     inner, outer = _hmac_pads(key)
@@ -200,7 +208,7 @@ def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
 _XOR_36, _XOR_5C = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in range(256))
 
 
-def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: bytes,
+def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: RecordKey,
                 group_required: Mapping[str, Any] | None = None, nonce: str = "") -> str:
     """The annotation's value: the canonical record, the node requirement the mutation ANDed into the
     pod's affinity (`required`, when it wrote one; `group_required`, the group's domain, likewise), and
@@ -212,7 +220,7 @@ def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shap
         text = f'{text[:-1]},"{REQUIRED}":{_requirement_json(required)}}}'
     if group_required is not None:
         text = f'{text[:-1]},"{GROUP_REQUIRED}":{_requirement_json(group_required)}}}'
-    return f'{text[:-1]},"{SEAL}":"{seal(text, shape, key)}"}}'
+    return f'{text[:-1]},"{SEAL}":"{seal(text, shape, sealing_key(key))}"}}'
 
 
 def _requirement_json(required: Mapping[str, Any]) -> str:
@@ -240,14 +248,16 @@ class Sealed(NamedTuple):
     nonce: str = ""
 
 
-def read_sealed(raw: object, shape: str, key: bytes) -> Sealed | str:
+def read_sealed(raw: object, shape: str, key: RecordKey) -> Sealed | str:
     """The record of an annotation value whose seal verifies, else why it is not this webhook's. The seal
     covers the exact text before it (what sealed_text wrote), so it is checked before anything is parsed."""
     if not isinstance(raw, str):
         return "it is not a string"
     at = raw.rfind(_SEAL_KEY)
     given = raw[at + len(_SEAL_KEY):-2] if at > 0 and raw.endswith('"}') else ""
-    if len(given) != 32 or not given.isascii() or not hmac.compare_digest(given, seal(raw[:at] + "}", shape, key)):
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(given) != 32 or not given.isascii() or not any(
+            hmac.compare_digest(given, seal(raw[:at] + "}", shape, k)) for k in keys):
         return "its seal does not verify: someone other than this webhook wrote or changed it"
     # Pods with one allocation (node, GPUs, requirement) carry one record but for its nonce: the parse of
     # the rest is kept, keyed by the text without the nonce and where it stood.

@@ -105,32 +105,44 @@ def test_a_decider_killed_mid_burst_is_replaced_and_no_quota_is_overrun(
     quota(core, admin, namespace, 6)
     old = decider(admin, webhook)
     results: list[tuple[str, bool]] = []
+    refusals: list[str] = []
+    stop = threading.Event()
 
     def keep_creating() -> None:
         api = client.CoreV1Api(admin)
-        for i in range(40):
+        for i in range(400):
+            if stop.is_set():
+                return
             try:
                 api.create_namespaced_pod(namespace, pod(f"k{i}", [gpu_container(1)]))
                 results.append((f"k{i}", True))
-            except ApiException:
+            except ApiException as err:
                 results.append((f"k{i}", False))
-            time.sleep(0.4)
+                refusals.append(f"{err.status} {json.loads(err.body).get('message', '')}"[:240])
+            time.sleep(0.3)
 
     creator = threading.Thread(target=keep_creating)
     creator.start()
-    time.sleep(1.0)
-    old.process.kill()  # no goodbye: its Lease must lapse
-    webhook.replicas.remove(old)
-    killed_at = time.monotonic()
-    new = wait_for(lambda: _deciding_other(admin, webhook, old), timeout=60, what="a new decider")
-    took = time.monotonic() - killed_at
-    creator.join(120)
+    try:
+        time.sleep(1.0)
+        old.process.kill()  # no goodbye: its Lease must lapse
+        webhook.replicas.remove(old)
+        killed_at = time.monotonic()
+        new = wait_for(lambda: _deciding_other(admin, webhook, old), timeout=60, what="a new decider")
+        took = time.monotonic() - killed_at
+        # after the hand-over the new decider admits again, up to the quota
+        wait_for(lambda: len(core.list_namespaced_pod(namespace).items) >= 6, timeout=60,
+                 what=f"the quota filled after the hand-over; refusals {refusals[:2]} ... {refusals[-2:]}")
+        time.sleep(2.0)  # creates past the quota, refused
+    finally:
+        stop.set()
+        creator.join(30)
     stored = core.list_namespaced_pod(namespace).items
-    assert len(stored) <= 6  # never more than the quota, across the hand-over
+    assert len(stored) == 6  # never more than the quota, across the hand-over
     assert sorted(p.metadata.name for p in stored) == sorted(n for n, ok in results if ok)
-    # after the hand-over the new decider admits again, up to the quota
-    assert len(stored) == 6, results
     assert new is not old and took < 40
+    # while no replica decided, creates were refused (503 through the API server), never admitted unchecked
+    assert any("failed calling webhook" in text or "decider" in text for text in refusals), refusals[:3]
     webhook.start_replica()  # back to three for the next test
 
 

@@ -166,3 +166,23 @@ def test_the_lease_stays_the_same_size_however_long_it_is_renewed() -> None:
     first = a.largest_write
     advance(600, [clock], [a])
     assert leases.writes > 250 and a.largest_write < first + 64 < 1024  # only its resourceVersion grows
+
+
+def test_a_hand_edited_lease_naming_no_replica_is_taken_over_once_it_goes_silent() -> None:
+    leases = FakeLeases()
+    clocks = [Clock(0.0), Clock(0.0)]
+    a, b = replica(leases, "a", clocks[0]), replica(leases, "b", clocks[1])
+    a.step()
+    b.step()
+    assert leases.lease is not None
+    edited = dict(leases.lease)
+    edited["spec"] = {**leases.lease["spec"], "holderIdentity": "someone-else"}
+    leases.replace(edited)  # kubectl edit: a holder that runs nowhere
+    a.step()
+    b.step()
+    assert not a.state().leader and not b.state().leader  # nobody decides for the named holder's term
+    advance(20, clocks, [a, b])
+    holders = [e for e in (a, b) if e.state().leader]
+    assert len(holders) == 1 and not holders[0].state().deciding  # one took it over, and waits first
+    advance(6, clocks, [a, b])
+    assert holders[0].state().deciding

@@ -5,9 +5,18 @@ A pod names claims in `spec.resourceClaims` (`resourceClaimName`: one existing R
 GPU device class (policy `dra.deviceClasses`) add their `count` to the pod's GPUs, which then meet the
 same quota and per-namespace rules as `nvidia.com/gpu`. What cannot be counted is refused with the
 reason: allocationMode All (every matching device, a number only the scheduler knows), adminAccess
-(access to devices other pods hold), a claim the webhook has not seen, a claim another pod already
-holds, and, where the namespace allows only some GPU models, a claim whose selectors do not pin one.
+(access to devices other pods hold), a claim the webhook has not seen, and, where the namespace allows
+only some GPU models, a claim whose selectors do not pin one.
 Placement stays with the scheduler's DRA plugin: no node affinity, no per-GPU limits are written.
+
+A ResourceClaim several pods share (NVIDIA's `gpu-test3`: two pods name one claim) is one set of GPUs:
+the watch cache counts it once, with the live pods that hold it (`held_usage`), so a pod naming a claim
+that a live pod already holds is charged nothing more for it; its rules (model, adminAccess, All) still
+apply. Claims of classes that are no GPU class (ComputeDomain IMEX channels,
+`compute-domain-default-channel.nvidia.com`; NICs) count 0 GPUs and pass. A claim or template the
+webhook has not seen is refused, whatever its name: it could hold GPUs, and a name proves nothing (a
+ComputeDomain's channel template, made by its controller moments after the ComputeDomain, is named by
+the user in `spec.channel.resourceClaimTemplate.name`); the pod's controller retries its create.
 
 Extended resources that a DeviceClass serves through DRA (`extendedResourceName`, Kubernetes 1.34+)
 are asked in `resources` like any device: `nvidia.com/gpu` is counted there already (and the claim the
@@ -236,6 +245,7 @@ def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodR
     if not entries and not extended:
         return request
     tally = Tally()
+    shared: list[str] = []  # claims live pods already hold: counted with them
     seen_claim = False  # a claim that may hold GPUs: the pod is decided, not waved through
     for i, raw in enumerate(entries):
         entry = mapping_of(raw)
@@ -254,21 +264,23 @@ def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodR
             seen_claim = True
             tally.deny("dra-unknown-claim", 403,
                        f"{where}: {kind} {request.namespace}/{name} is not known to the GPU admission webhook, so "
-                       "its GPUs cannot be counted: create it first, then the pod")
+                       "its GPUs cannot be counted: create it first, then the pod (one a controller makes, such as a "
+                       "ComputeDomain's channel template, admits the pod once it exists; a Job's pods are retried)")
             continue
-        before = (tally.gpus, len(tally.violations))
-        count_claim(claim, f"{kind} {name}", request.namespace, policy, tally)
-        if (tally.gpus, len(tally.violations)) == before:
+        holders = held_by(snapshot, request.namespace, kind, name)
+        counted = Tally() if holders else tally
+        count_claim(claim, f"{kind} {name}", request.namespace, policy, counted)
+        if not counted.gpus and not counted.violations:
             continue  # no GPU request in it (a NIC, a compute-domain channel): not ours to count
         seen_claim = True
-        others = [c for c in claim.reserved_for if c != f"pods/{request.name}"]
-        if kind == "ResourceClaim" and others:
-            tally.deny("dra-shared-claim", 403,
-                       f"{where}: ResourceClaim {name} is already held by {', '.join(others[:3])}; a claim's GPUs "
-                       "are counted with the one pod that holds them: give each pod its own claim "
-                       "(resourceClaimTemplateName)")
+        if counted is not tally:
+            # Shared with live pods: its GPUs are in the namespace's usage already (once, with them).
+            for v in counted.violations:
+                tally.deny(v.rule, v.code, v.message)
+            tally.models += [m for m in counted.models if m not in tally.models]
+            shared.append(f"ResourceClaim {name} is shared with {holders} pod(s): its GPUs are counted once")
     extra = _extended(spec, extended) if extended else 0
-    warnings = request.warnings
+    warnings = request.warnings + tuple(shared)
     if extra:
         # Counted now: drop parse_pod's "not a GPU resource this controller knows" for those names.
         warnings = tuple(w for w in warnings if not any(f": {n} " in w for n in extended))
@@ -292,6 +304,14 @@ def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodR
     )
 
 
+def held_by(snapshot: Snapshot, namespace: str, kind: str, name: str) -> int:
+    """How many live pods hold the ResourceClaim `namespace/name` (0 for a template: each pod gets its own
+    claim from it). Their namespace's usage counts its GPUs already (`held_usage`)."""
+    if kind != "ResourceClaim":
+        return 0
+    return snapshot.claim_users.get(namespace, {}).get((kind, f"{namespace}/{name}"), 0)
+
+
 def allocation(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Allocation:
     """The decision record of a pod whose GPUs come through DRA: the count and, for memory quotas, the
     card size (of the pinned model, else the largest card of the cluster: never less than it holds)."""
@@ -301,7 +321,8 @@ def allocation(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Alloc
         name = entry.get("resourceClaimName") or entry.get("resourceClaimTemplateName")
         table = snapshot.claims if entry.get("resourceClaimName") else snapshot.claim_templates
         claim = table.get(f"{request.namespace}/{name}")
-        if claim is not None:
+        kind = CLAIM_KINDS[0] if entry.get("resourceClaimName") else CLAIM_KINDS[1]
+        if claim is not None and not held_by(snapshot, request.namespace, kind, str(name)):
             count_claim(claim, "", request.namespace, policy, tally)
     models = [m.lower() for m in request.models_include]
     cards = [g.memory_mib for n in snapshot.nodes.values() if n.vendor == "nvidia" for g in n.gpus

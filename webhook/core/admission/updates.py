@@ -8,8 +8,11 @@ may change. Each can hand the pod a GPU that its admission never counted or limi
   must then carry `NVIDIA_VISIBLE_DEVICES=void` in every container, as the mutation would have written at
   CREATE; env cannot change on an UPDATE, so without it the update is refused;
 - annotations that ask for a GPU (KAI's `gpu-fraction` / `gpu-memory`) or choose which GPUs a scheduler
-  gives (HAMi's `use-gputype` / `use-gpuuuid` and their `nouse-` forms) are read at scheduling, after
-  admission: they may not change;
+  gives (HAMi's `use-gputype` / `use-gpuuuid` and their `nouse-` forms, which Volcano's vGPU plugin reads
+  too; the device mode HAMi and Volcano keep devices by, `nvidia.com/vgpu-mode` / `volcano.sh/vgpu-mode`:
+  `mig` or `hami-core`) are read at scheduling, after admission: they may not change. What a scheduler
+  writes itself when it binds (Volcano's `volcano.sh/gpu-index`, `volcano.sh/vgpu-ids-new`, HAMi's
+  `hami.io/vgpu-devices-to-allocate`) is left alone: refusing it would stop that scheduler;
 - the decision record may not change (trust.record_update).
 
 A GPU pod may gain tolerations and node constraints: its sealed required affinity is ANDed into every
@@ -19,19 +22,29 @@ term, so they only narrow where it may go.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.core.admission import isolation
+from webhook.core.admission.dra import claim_refs
 from webhook.core.admission.screen import screen
 from webhook.core.admission.trust import record_update
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import Snapshot
-from webhook.core.podspec.vendors import KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY, SELECTORS, mapping_of
+from webhook.core.podspec.vendors import (
+    KAI_FRACTION,
+    KAI_FRACTION_DEVICES,
+    KAI_MEMORY,
+    SELECTORS,
+    VGPU_MODES,
+    mapping_of,
+)
 from webhook.core.policy.model import Policy
 
 # Annotations read at scheduling that ask for GPUs or choose them: fixed from admission on.
 SCHEDULING_ANNOTATIONS: frozenset[str] = frozenset(
-    {KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY, *(name for names in SELECTORS.values() for name in names)}
+    {KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY, *VGPU_MODES,
+     *(name for names in SELECTORS.values() for name in names)}
 )
 
 
@@ -51,6 +64,7 @@ def pod_update(
             "the pod is scheduled; it is fixed once the pod is admitted: delete and create the pod with "
             "the annotation you want",
         )
+    snapshot = _without_own_claims(old, snapshot)
     after = _no_gpu_answer(pod, snapshot, policy, namespace)
     if after is None or after.allowed:
         return decision
@@ -80,3 +94,18 @@ def _no_gpu_answer(
         return None
     answer = isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
     return answer if not answer.allowed else allowed("no-gpu-unchanged", gpu_pod=False)
+
+
+def _without_own_claims(pod: Mapping[str, Any], snapshot: Snapshot) -> Snapshot:
+    """The snapshot as this pod's CREATE saw it: the pod is live now, so it is among the holders of its
+    own claims (`claim_users`), and a claim only it holds would read as shared with another pod and
+    count no GPU for it (core/admission/dra.py)."""
+    refs = claim_refs(pod)
+    if not refs:
+        return snapshot
+    namespace = str(mapping_of(pod.get("metadata")).get("namespace") or "default")
+    table = dict(snapshot.claim_users.get(namespace, {}))
+    for ref in set(refs):
+        if table.get(ref, 0) > 0:
+            table[ref] -= 1
+    return replace(snapshot, claim_users={**snapshot.claim_users, namespace: table})

@@ -25,6 +25,7 @@ from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.placement import group_place, mig
+from webhook.core.placement.capacity import AWAITING, Awaiting
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
 from webhook.core.placement.place import place
@@ -45,7 +46,7 @@ from webhook.core.policy.model import Policy
 
 from . import dra, isolation, slices
 from .quota import check_quota
-from .rules import check_satisfiable, matches_model
+from .rules import awaiting_capacity, check_satisfiable, matches_model
 from .scope import DEFAULT_SCHEDULERS
 from .screen import backend_of, screen
 
@@ -73,6 +74,7 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         warnings.append(warning(unenforced))
     placement: Placement | None = None
     group: group_place.GroupPlan | None = None
+    awaiting: Awaiting | None = None  # the pod waits for a node to be made (core/placement/capacity.py)
     if recorded is None and request.dra_gpus:
         allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
     elif recorded is None and request.mig:  # MIG or advertised devices: nodes offering them; the scheduler picks
@@ -91,15 +93,19 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             warnings += [warning(w) for w in group.warnings]
         denial, placement, notes = _plan(request, snapshot, policy, group)
         warnings += [warning(n) for n in notes]
-        if denial:
-            return replace(denial, warnings=tuple(warnings))
-        fallback = snapshot.nodes.get(placement.eligible[0]) if placement.eligible else None
+        if denial:  # no node can ever host it: unless a pool scaling from zero or a ProvisioningRequest can
+            awaiting = awaiting_capacity(request, policy) if group is None and not placement.eligible else None
+            if awaiting is None:
+                return replace(denial, warnings=tuple(warnings))
+            warnings.append(warning(awaiting.note))
+        fallback = awaiting.node if awaiting else (snapshot.nodes.get(placement.eligible[0]) if placement.eligible
+                                                   else None)
         allocation = _allocation(request, placement.best, fallback, policy, snapshot)
         if group is not None:  # the record names the group and its domain
             allocation = replace(allocation, group=group.ref.key, domain=group.domain)
         if len(request.containers) > 1:  # several containers may have slices of their own
             allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
-        if placement.best is None:
+        if placement.best is None and awaiting is None:
             if policy.when_full == "deny":
                 return denied(403, "cluster-full",
                              f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
@@ -125,11 +131,15 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
             group_required = group.requirement
         else:
             group_preferred = group.requirement
-    ops = _patch(request, allocation, placement, snapshot, policy, key=record_key, required=required,
+    ops = _patch(request, allocation, None if awaiting else placement, snapshot, policy, key=record_key,
+                 required=required,
                  group_required=group_required, group_preferred=group_preferred,
                  nonce=sealed.nonce if sealed is not None else nonce)
     message = f"node {allocation.node}" if allocation.node else (
         f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
+    if awaiting is not None:
+        return patched(tuple(ops), allocation, f"awaiting capacity from {awaiting.source}", AWAITING,
+                       warnings=tuple(warnings))
     return patched(tuple(ops), allocation, message, warnings=tuple(warnings))
 
 

@@ -8,8 +8,11 @@ costs about as little as an admission.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot, TopologyPreference
 from webhook.core.domain.refusal import Refusal
+from webhook.core.placement.capacity import Awaiting, considered, pool_for, pool_node, provisioning_request
 from webhook.core.placement.nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from webhook.core.placement.nodeindex import Shape, Statics
 from webhook.core.placement.nodereach import ShapeReach, count_rejections, reach_of, shape_names
@@ -80,11 +83,36 @@ def whole_cards(allocation: Allocation, snapshot: Snapshot) -> bool:
     return allocation.memory_mib >= max(cards, default=allocation.memory_mib)
 
 
+def awaiting_capacity(request: PodRequest, policy: Policy) -> Awaiting | None:
+    """For a request no existing node can ever host: the capacity it may wait for instead of being refused,
+    a declared pool that scales from zero (policy capacity.scaleFromZero) whose nodes could host it, else
+    the ProvisioningRequest it consumes; None when neither (core/placement/capacity.py)."""
+    if request.mig or request.dra_gpus or not request.vendor:
+        return None
+    if policy.scale_from_zero:
+        constraints = constraints_for(request, policy.tolerations)
+        pool, _ = pool_for(request, policy.scale_from_zero, constraints, policy.rule(request.namespace).allowed_models)
+        if pool is not None:
+            return Awaiting(pool, pool_node(pool))
+    name = provisioning_request(request.raw)
+    return Awaiting(None, None, name) if name else None
+
+
 def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Refusal:
     """Why no node could ever host the request: the most specific reason that applies (422).
 
     Only nodes the pod itself can reach count (its nodeSelector, required node affinity, tolerations,
-    cordons), and the message names the constraint that narrowed the choice."""
+    cordons), and the message names the constraint that narrowed the choice, then the scale-from-zero
+    pools considered and why none of them fits either."""
+    refusal = _satisfiable(request, snapshot, policy)
+    if not policy.scale_from_zero:
+        return refusal
+    constraints = constraints_for(request, policy.tolerations)
+    _, misfits = pool_for(request, policy.scale_from_zero, constraints, policy.rule(request.namespace).allowed_models)
+    return replace(refusal, message=refusal.message + considered(misfits))
+
+
+def _satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Refusal:
     statics = index_of(snapshot).statics
     shapes = [s for s in statics.shapes if s.template.gpus and s.template.vendor == request.vendor]
     if not shapes:

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, TopologyClass, TopologyPreference
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Taint, TopologyClass, TopologyPreference
 from webhook.core.domain.names import GPU_PLACEMENTS, PLACEMENT_POLICIES
-from webhook.core.podspec.vendors import is_gpu_resource
+from webhook.core.podspec.vendors import COUNT_RESOURCES, is_gpu_resource
 
 BUILTIN_PLACEMENTS = PLACEMENT_POLICIES
 SLICE_DEFAULTS = ("hami", "proportional")
@@ -67,6 +67,21 @@ class MixEntry:
     gpus: int
     milli: int
     weight: float
+
+
+@dataclass(frozen=True)
+class ScalePool:
+    """A node pool that can scale from zero (cluster-autoscaler node group, Karpenter NodePool, GKE node
+    pool): the labels and taints its nodes will carry and their GPUs, so that a pod no existing node can
+    host is admitted to wait for one of its nodes instead of refused (core/placement/capacity.py)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    gpu_model: str = ""
+    gpu_count: int = 1
+    memory_mib: int = 0  # per card; 0: unknown
+    vendor: str = "nvidia"
 
 
 _NO_RULE = NamespaceRule()  # a namespace without a rule of its own (frozen: shared safely)
@@ -124,6 +139,8 @@ class Policy:
     namespaces: Mapping[str, NamespaceRule] = field(default_factory=dict)
     group_levels: tuple[str, ...] = GROUP_LEVELS
     group_topology: str = "preferred"
+    # Node pools that scale from zero (policy `capacity.scaleFromZero`): pods they could host wait for them.
+    scale_from_zero: tuple[ScalePool, ...] = ()
     # Custom scorers by name (from the `gpu_admission.scorers` entry points); not part of equality.
     scorers: Mapping[str, Callable[..., float]] = field(default_factory=dict, compare=False, repr=False)
     # What admission compiles from this policy, once (its placement contexts). Not an argument: a policy
@@ -159,7 +176,7 @@ def _mapping(value: Any, path: str) -> Mapping[str, Any]:
 # (tests/chart/test_chart_policy_schema.py), so a misspelled field fails `helm install` too.
 POLICY_FIELDS: Mapping[str, tuple[str, ...]] = {
     "": ("defaults", "topologyLoss", "whenFull", "managedNamespaces", "stale", "reservations", "workloadMix",
-         "namespaces", "dra", "isolation", "groupTopology"),
+         "namespaces", "dra", "isolation", "groupTopology", "capacity"),
     "defaults": ("placement", "gpuPlacement", "topology", "backend", "sliceDefaults", "memoryPercent",
                  "coresPercent", "tolerations", "preferredNodes", "maxAffinityNodes"),
     "defaults.tolerations[]": ("key", "operator", "value", "effect", "tolerationSeconds"),
@@ -171,6 +188,10 @@ POLICY_FIELDS: Mapping[str, tuple[str, ...]] = {
     "reservations": ("ttlSeconds",),
     "workloadMix[]": ("gpus", "milli", "weight"),
     "isolation": ("gpuRuntimeClasses", "unresolvedEnvFrom", "nonGpuAccess"),
+    "capacity": ("scaleFromZero",),
+    "capacity.scaleFromZero[]": ("name", "labels", "taints", "gpu"),
+    "capacity.scaleFromZero[].taints[]": ("key", "value", "effect"),
+    "capacity.scaleFromZero[].gpu": ("model", "count", "memoryMiB", "vendor"),
 }
 
 
@@ -284,6 +305,66 @@ def _dra(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _labels(value: Any, path: str) -> dict[str, str]:
+    labels = _mapping(value, path)
+    for key, text in labels.items():
+        if not isinstance(key, str) or not key or not isinstance(text, str):
+            raise PolicyError(f"{path}.{key}", f"expected a label key with a string value, got {text!r}")
+    return dict(labels)
+
+
+def _pool(data: Mapping[str, Any], path: str) -> ScalePool:
+    _known(data, path, POLICY_FIELDS["capacity.scaleFromZero[]"])
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"{path}.name", f"expected the pool's name, got {name!r}")
+    taints = []
+    raw_taints = data.get("taints", [])
+    if not isinstance(raw_taints, list):
+        raise PolicyError(f"{path}.taints", "expected a list of {key, value, effect}")
+    for i, raw in enumerate(raw_taints):
+        where = f"{path}.taints[{i}]"
+        item = _mapping(raw, where)
+        _known(item, where, POLICY_FIELDS["capacity.scaleFromZero[].taints[]"])
+        key, value = item.get("key"), item.get("value", "")
+        if not isinstance(key, str) or not key:
+            raise PolicyError(f"{where}.key", f"expected a taint key, got {key!r}")
+        if not isinstance(value, str):
+            raise PolicyError(f"{where}.value", f"expected a string, got {value!r}")
+        effect = _choice(item.get("effect", "NoSchedule"), f"{where}.effect",
+                         ("NoSchedule", "PreferNoSchedule", "NoExecute"))
+        taints.append(Taint(key, value, effect))
+    gpu = _mapping(data.get("gpu"), f"{path}.gpu")
+    _known(gpu, f"{path}.gpu", POLICY_FIELDS["capacity.scaleFromZero[].gpu"])
+    model = gpu.get("model", "")
+    if not isinstance(model, str):
+        raise PolicyError(f"{path}.gpu.model", f"expected the GPU model as nodes label it, got {model!r}")
+    return ScalePool(
+        name=name,
+        labels=_labels(data.get("labels"), f"{path}.labels"),
+        taints=tuple(taints),
+        gpu_model=model,
+        gpu_count=_int(gpu.get("count", 1), f"{path}.gpu.count", 1, 64),
+        memory_mib=_int(gpu.get("memoryMiB", 0), f"{path}.gpu.memoryMiB", 0),
+        vendor=_choice(gpu.get("vendor", "nvidia"), f"{path}.gpu.vendor", tuple(COUNT_RESOURCES)),
+    )
+
+
+def _capacity(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "capacity", POLICY_FIELDS["capacity"])
+    raw = data.get("scaleFromZero", [])
+    if not isinstance(raw, list):
+        raise PolicyError("capacity.scaleFromZero", "expected a list of node pools")
+    pools = tuple(_pool(_mapping(item, f"capacity.scaleFromZero[{i}]"), f"capacity.scaleFromZero[{i}]")
+                  for i, item in enumerate(raw))
+    seen: set[str] = set()
+    for i, pool in enumerate(pools):
+        if pool.name in seen:
+            raise PolicyError(f"capacity.scaleFromZero[{i}].name", f"pool {pool.name} is declared twice")
+        seen.add(pool.name)
+    return {"scale_from_zero": pools}
+
+
 def parse_policy(
     data: Any, scorers: Mapping[str, Callable[..., float]] | None = None
 ) -> Policy:
@@ -379,6 +460,8 @@ def parse_policy(
         kwargs.update(_dra(_mapping(root["dra"], "dra")))
     if "groupTopology" in root:
         kwargs.update(_group_topology(_mapping(root["groupTopology"], "groupTopology")))
+    if "capacity" in root:
+        kwargs.update(_capacity(_mapping(root["capacity"], "capacity")))
     if "namespaces" in root:
         spaces = _mapping(root["namespaces"], "namespaces")
         kwargs["namespaces"] = {

@@ -18,19 +18,26 @@ _MEMORY_VAR = re.compile(r"^CUDA_DEVICE_MEMORY_LIMIT(_\d+)?$")
 @lru_cache(maxsize=512)
 def limit_env(backend: str, gpus: int, memory_mib: int, cores: int) -> tuple[tuple[str, str], ...]:
     """The (name, value) pairs a container with `gpus` devices of `memory_mib` and `cores` % each gets.
-    Memoised: every admission asks, and a cluster has few distinct slices."""
+    Memoised: every admission asks, and a cluster has few distinct slices.
+
+    `memory_mib` 0 is a card whose size no Node states (a GPU product label without nvidia.com/gpu.memory,
+    and no GPUInventory): no memory variable then, which is what the container gets anyway. HAMi-core
+    logs `0m` as an invalid limit and runs without one (multiprocess_memory_limit.c), so writing it only
+    told readers of the pod "0 MiB"; an MPS pin of 0 MiB is no more meaningful. Memory asked in MiB is
+    refused on such cards before this (it cannot be checked)."""
     if backend == "none" or gpus <= 0:
         return ()
     if backend == "hami-core":
-        env = [(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", f"{memory_mib}m") for i in range(gpus)]
+        env = [(f"CUDA_DEVICE_MEMORY_LIMIT_{i}", f"{memory_mib}m") for i in range(gpus) if memory_mib > 0]
         if cores < 100:  # 0 too, as HAMi's device plugin writes it: HAMi-core reads 0 as no compute cap
             env.append(("CUDA_DEVICE_SM_LIMIT", str(cores)))
         return tuple(env)
     if backend == "mps":
-        pinned = ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", ",".join(f"{i}={memory_mib}M" for i in range(gpus)))
+        pinned = (("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", ",".join(f"{i}={memory_mib}M" for i in range(gpus))),
+                  ) if memory_mib > 0 else ()
         if cores == 0:  # best effort: no percentage, so the client may use every SM
-            return (pinned,)
-        return ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), pinned
+            return pinned
+        return (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(cores)), *pinned)
     raise ValueError(f"unknown enforcement backend {backend!r}")
 
 

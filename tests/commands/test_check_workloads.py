@@ -286,7 +286,9 @@ def test_public_workloads_are_all_looked_at(capsys) -> None:
 def test_demo_banner_only_in_text_against_the_embedded_cluster(cluster: str, capsys) -> None:
     example = str(ROOT / "examples" / "01-single-gpu.yaml")
     code, out = check(capsys, example)
-    assert code == 0 and out.splitlines()[0] == DEMO_BANNER
+    # Admitted: the banner names the demo cluster, and does not say exit 1 is expected.
+    assert code == 0 and out.splitlines()[0].startswith("Deciding against the embedded demo cluster")
+    assert "exit code 1" not in out
     assert "embedded demo cluster" in DEMO_BANNER and "exit code 1 is expected" in DEMO_BANNER
     _, out = check(capsys, "-o", "json", example)
     assert json.loads(out)["results"][0]["allowed"] is True

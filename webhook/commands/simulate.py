@@ -18,6 +18,13 @@ POLICY_NAMES = ("random", "best-fit", "dot-product", "binpack", "spread", "fewes
                 "fgd")  # fgd: the FGD paper's own scoring, the baseline (webhook/core/placement/fgd.py)
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_{}.csv"
+# Where the trace is published, and the two commands that fetch only its folder.
+TRACE_HINT = (
+    "the trace is published in github.com/alibaba/clusterdata, folder cluster-trace-gpu-v2023/csv: "
+    "git clone --depth 1 --filter=blob:none --sparse https://github.com/alibaba/clusterdata && "
+    "git -C clusterdata sparse-checkout set cluster-trace-gpu-v2023, then pass "
+    "--trace-dir clusterdata/cluster-trace-gpu-v2023/csv"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-dir",
         metavar="DIR",
         help=f"directory of the Alibaba openb trace: --nodes defaults to DIR/{NODE_FILE} and --pods to "
-        f"DIR/{POD_FILE.format('WORKLOAD')}",
+        f"DIR/{POD_FILE.format('WORKLOAD')} (the trace: github.com/alibaba/clusterdata, folder "
+        "cluster-trace-gpu-v2023/csv; the error without files says how to fetch it)",
     )
     parser.add_argument(
         "--workload", default="default", help="pod list in --trace-dir: default, gpushare40, multigpu20, ..."
@@ -115,11 +123,13 @@ def _files(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.trace_dir:
         base = Path(args.trace_dir)
         if not base.is_dir():
-            raise UserError(f"--trace-dir: {base} is not a directory")
+            raise UserError(f"--trace-dir: {base} is not a directory; {TRACE_HINT}")
         nodes = nodes or base / NODE_FILE
         pods = pods or base / POD_FILE.format(args.workload)
+        if not args.nodes and not Path(nodes).is_file():
+            raise UserError(f"--trace-dir: {base} has no {NODE_FILE}; {TRACE_HINT}")
     if not nodes or not pods:
-        raise UserError("give --nodes FILE and --pods FILE, or --trace-dir DIR")
+        raise UserError(f"give --nodes FILE and --pods FILE, or --trace-dir DIR; {TRACE_HINT}")
     return Path(nodes), Path(pods)
 
 

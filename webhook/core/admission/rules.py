@@ -164,15 +164,16 @@ def _satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Ref
             f"at most {largest_nvlink}, or set gpu-admission.io/topology: preferred",
         )
     largest_card = max(g.memory_mib for s in eligible for g in s.template.gpus)
-    if request.memory_mib and largest_card == 0:  # no eligible node states its cards' memory
+    if (request.memory_mib or request.shared) and largest_card == 0:  # no eligible node states its cards' memory
         source = ("no nvidia.com/gpu.memory label (GPU Feature Discovery sets it) and no GPUInventory "
                   "(`gpu-admission agent` publishes one)" if request.vendor == "nvidia" else
                   "no GPU memory resource in status.allocatable and no GPUInventory")
+        asked = (f"{request.memory_mib} MiB of GPU memory per GPU" if request.memory_mib else
+                 "a share of a GPU, whose memory limit would be a share of an unknown size")
         return Refusal(
             "memory-too-large", 422,
-            f"asks for {request.memory_mib} MiB of GPU memory per GPU, but the GPU memory of the eligible "
-            f"nodes{within} is unknown: their Nodes have {source}; add that to the nodes, or drop "
-            f"{memory_name(request.vendor)}",
+            f"asks for {asked}, but the GPU memory of the eligible nodes{within} is unknown: their Nodes have "
+            f"{source}; add that to the nodes, or ask for whole GPUs",
         )
     if request.memory_mib is not None and request.memory_mib > largest_card:
         return Refusal(

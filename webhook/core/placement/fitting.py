@@ -143,8 +143,10 @@ def _static(shape: Shape, demand: Demand) -> Fit | str:
     needs = [per_gpu(demand, gpu.memory_mib) for gpu in node.gpus]
     if any(not 0 <= cores <= 100 for _, cores in needs):
         return "cores"
+    sliced = not demand.exclusive and needs and any(cores < 100 for _, cores in needs)
     for i, gpu in enumerate(node.gpus):
-        if needs[i][0] > gpu.memory_mib:
+        # A slice of a card whose memory is unknown could not be bounded: HAMi-core would run it unlimited.
+        if needs[i][0] > gpu.memory_mib or (sliced and gpu.memory_mib == 0):
             allowed &= ~(1 << i)
     if allowed.bit_count() < demand.count:
         return "memory"

@@ -343,6 +343,12 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["get", "list", "watch"],
         },
+        {
+            "apiGroups": ["kubeflow.org", "jobset.x-k8s.io", "ray.io", "batch.volcano.sh", "scheduling.volcano.sh",
+                          "scheduling.x-k8s.io"],
+            "resources": ["pytorchjobs", "tfjobs", "mpijobs", "jobsets", "rayclusters", "jobs", "podgroups"],
+            "verbs": ["get", "list", "watch"],
+        },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
     ]
     assert rules_of(docs, "ClusterRole", f"{FULLNAME}-agent") == [

@@ -31,6 +31,7 @@ from webhook.core.domain.model import (
 )
 from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.shapes import Shape
+from webhook.core.placement.groups import merge_sizes, sizes_of
 from webhook.core.placement.mixlearn import Histogram
 from webhook.core.placement.state import carry_index
 from webhook.core.podspec.inventory import toolkit_from_json
@@ -56,6 +57,12 @@ log = logging.getLogger(__name__)
 
 KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "resourceclaims", "resourceclaimtemplates",
          "configmaps")
+# The controllers' objects that state multi-pod groups' sizes (kube.py GROUP_SIZE_KINDS): optional APIs
+# (none served, or not readable: an empty list, looked for again), of which only namespace/name -> sizes
+# is kept. Watched besides KINDS, but not part of being synced or fresh: without them a group is only
+# open-ended (its pods state no size), as before their first list.
+SIZE_KINDS = ("pytorchjobs", "tfjobs", "mpijobs", "jobsets", "rayclusters", "volcanojobs", "volcanopodgroups",
+              "podgroups")
 CLAIM_KINDS = ("resourceclaims", "resourceclaimtemplates")
 CLAIM_ITEM_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate"}
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
@@ -97,6 +104,8 @@ class ClusterCache:
         self._quotas: dict[str, dict[str, QuotaLimits]] = {}
         self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
         self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
+        # Group sizes by owner object: kind -> "ns/name" -> {GroupRef.key: size} (core groups.sizes_of)
+        self._sizes: dict[str, dict[str, dict[str, int]]] = {kind: {} for kind in SIZE_KINDS}
         # Pods holding DRA claims: pod key -> (namespace, claim refs); their GPUs count with the claims'.
         self._dra_holders: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         # ConfigMaps read by envFrom: namespace -> name -> the keys that matter (usually none: a shared
@@ -232,7 +241,7 @@ class ClusterCache:
     def _key(self, kind: str, obj: Mapping[str, Any]) -> str:
         if kind == "pods":
             return pod_key(obj)
-        if kind == "resourcequotas" or kind in CLAIM_KINDS or kind == "configmaps":
+        if kind == "resourcequotas" or kind in CLAIM_KINDS or kind == "configmaps" or kind in SIZE_KINDS:
             return f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name', '')}"
         return str(meta_of(obj).get("name", ""))
 
@@ -247,6 +256,8 @@ class ClusterCache:
             return list(self._namespaces)
         if kind in CLAIM_KINDS:
             return list(self._claims[kind])
+        if kind in SIZE_KINDS:
+            return list(self._sizes[kind])
         if kind == "configmaps":
             return [f"{ns}/{name}" for ns, maps in self._config_maps.items() for name in maps]
         return [f"{ns}/{name}" for ns, quotas in self._quotas.items() for name in quotas]
@@ -256,7 +267,9 @@ class ClusterCache:
         log.warning("%s %s: %s (ignored)", kind, meta_of(obj).get("name", "?"), error)
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if kind == "pods":
+        if kind in SIZE_KINDS:
+            self._upsert_sizes(kind, obj)
+        elif kind == "pods":
             self._upsert_pod(obj)
             return
         if kind in CLAIM_KINDS:
@@ -327,6 +340,9 @@ class ClusterCache:
         elif kind in CLAIM_KINDS:
             if self._claims[kind].pop(key, None) is not None:
                 self._dirty.update((kind, "namespace_usage"))
+        elif kind in SIZE_KINDS:
+            if self._sizes[kind].pop(key, None) is not None:
+                self._dirty.add("group_sizes")
         elif kind == "configmaps":
             ns, _, name = key.partition("/")
             maps = self._config_maps.get(ns, {})
@@ -387,6 +403,19 @@ class ClusterCache:
         elif table.get(key) != claim:
             table[key] = claim
             self._dirty.update((kind, "namespace_usage"))
+
+    def _upsert_sizes(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Keep only the group sizes the object states: status churn (a job's pods running, a PodGroup's
+        phase) changes none of them and publishes nothing."""
+        key = self._key(kind, obj)
+        sizes = sizes_of(obj)
+        table = self._sizes[kind]
+        if not sizes:
+            if table.pop(key, None) is not None:
+                self._dirty.add("group_sizes")
+        elif table.get(key) != sizes:
+            table[key] = sizes
+            self._dirty.add("group_sizes")
 
     def _upsert_config_map(self, obj: Mapping[str, Any]) -> None:
         """Keep the names of the keys envFrom could turn into isolation variables, nothing else: most
@@ -645,9 +674,13 @@ class ClusterCache:
         else:
             env_readers = previous.env_readers
         self._dirty_readers = set()
+        group_sizes: Mapping[str, int] = (
+            merge_sizes(sizes for table in self._sizes.values() for sizes in table.values())
+            if "group_sizes" in dirty or previous is None else previous.group_sizes
+        )
         published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, claims=claims, claim_templates=templates,
                              claim_users=users, config_maps=config_maps, env_readers=env_readers,
-                             observed=self._observed.view())
+                             group_sizes=group_sizes, observed=self._observed.view())
         if previous is not None:
             carry_index(previous, published, changed)  # copy-on-write, by the nodes whose usage changed
         self._published = published

@@ -1,4 +1,4 @@
-"""The kubernetes-client boundary: list and watch the five kinds as raw JSON dicts.
+"""The kubernetes-client boundary: list and watch the kinds the cache needs as raw JSON dicts.
 
 Responses are read with `_preload_content=False` and decoded with `json` ourselves: no generated model
 objects are built (they cost far more memory and time than the dicts), and the watch loop sees exactly
@@ -8,7 +8,7 @@ the bytes the API server sent, the same shape as the recorded streams in the tes
 from __future__ import annotations
 
 import json
-import time
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -23,6 +23,20 @@ OPTIONAL: Mapping[str, tuple[str, str, str]] = {
     "resourceclaims": (DRA_GROUP, DRA_VERSION, "resourceclaims"),
     "resourceclaimtemplates": (DRA_GROUP, DRA_VERSION, "resourceclaimtemplates"),
 }
+# The controllers' objects that state a multi-pod group's size (core/placement/groups.py `sizes_of`):
+# kind (our name for it) -> (group, version, plural, Kind). Each is optional: a cluster without the
+# controller (or a role without the right to read it: 403) lists none, and looks again later.
+GROUP_SIZE_KINDS: Mapping[str, tuple[str, str, str, str]] = {
+    "pytorchjobs": ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    "tfjobs": ("kubeflow.org", "v1", "tfjobs", "TFJob"),
+    "mpijobs": ("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    "jobsets": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    "rayclusters": ("ray.io", "v1", "rayclusters", "RayCluster"),
+    "volcanojobs": ("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+    "volcanopodgroups": ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
+    "podgroups": ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
+}
+OPTIONAL = {**OPTIONAL, **{kind: spec[:3] for kind, spec in GROUP_SIZE_KINDS.items()}}
 
 # kind (plural, lower case) -> (apiVersion, Kind) that the items of a list lack and we add back
 KINDS: Mapping[str, tuple[str, str]] = {
@@ -34,6 +48,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "resourceclaims": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaim"),
     "resourceclaimtemplates": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaimTemplate"),
     "configmaps": ("v1", "ConfigMap"),
+    **{kind: (f"{group}/{version}", name) for kind, (group, version, _, name) in GROUP_SIZE_KINDS.items()},
 }
 PAGE_SIZE = 500
 
@@ -56,6 +71,7 @@ class KubeLister:
         self.page_size = page_size
         self.request_timeout = request_timeout
         self.absent_recheck = absent_recheck  # seconds between looks for a GPUInventory CRD that is missing
+        self.stop = threading.Event()  # set: that wait ends at once (the watches are closing)
 
     def _call(self, kind: str) -> Callable[..., Any]:
         if kind == "nodes":
@@ -93,8 +109,10 @@ class KubeLister:
             try:
                 response = call(**kwargs)
             except Exception as error:
-                if kind in OPTIONAL and getattr(error, "status", None) == 404:
-                    yield {"metadata": {"resourceVersion": ""}, "items": []}  # no CRD / no API: none of them
+                status = getattr(error, "status", None)
+                if kind in OPTIONAL and (status == 404 or (status == 403 and kind in GROUP_SIZE_KINDS)):
+                    # no CRD / no API: none of them (a group's size unreadable: the group stays open-ended)
+                    yield {"metadata": {"resourceVersion": ""}, "items": []}
                     return
                 raise
             page = json.loads(response.data)
@@ -114,9 +132,12 @@ class KubeLister:
 
         if kind in OPTIONAL and not resource_version:
             # The CRD (or API) was not there when we listed: wait a watch's length, then list again.
-            time.sleep(min(timeout, self.absent_recheck))
+            self.stop.wait(min(timeout, self.absent_recheck))
             if kind == INVENTORY_PLURAL:
                 raise Gone("the GPUInventory CRD is not installed")
+            if kind in GROUP_SIZE_KINDS:
+                group, version, plural, _ = GROUP_SIZE_KINDS[kind]
+                raise Gone(f"{group}/{version} {plural} are not served (or not readable)")
             raise Gone(f"{DRA_GROUP}/{DRA_VERSION} {kind} are not served (Kubernetes before 1.34)")
         call = self._call(kind)
         response = call(

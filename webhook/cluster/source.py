@@ -20,7 +20,7 @@ from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import Allocation, NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
 from webhook.core.placement.group_room import GroupOutcomes, has_domains
-from webhook.core.placement.groups import GroupRef
+from webhook.core.placement.groups import GroupRef, sized
 from webhook.core.placement.state import add_to_node, index_of, with_usage
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder
@@ -257,20 +257,22 @@ class LiveSource:
                 return decision
             domain = allocation.domain
             shown = {e.uid for e in pending} | {e.uid for e in others}
+            # The size its controller's object states, when the pod states none (the watched owners).
+            ref = sized(group, view.group_sizes) if view.group_sizes else group
 
             def free(records: Mapping[str, Any]) -> int:
                 room = domain_free(view, domain) - unseen_members(
-                    records, domain, group.key, lambda m: m in shown or self.cache.counted(m, generation))
-                needs = (group.size or group.minimum) * allocation.gpu_count
+                    records, domain, ref.key, lambda m: m in shown or self.cache.counted(m, generation))
+                needs = (ref.size or ref.minimum) * allocation.gpu_count
                 weighed.append((room, needs, False))
                 return room
 
             # Inside the reservation's transaction: refused here, the pod reserves nothing either.
             room = gpu_room(namespace, view)  # the view counts every reservation but this pod's
-            outcome = self.groups.commit(group, allocation, uid, free=free,
+            outcome = self.groups.commit(ref, allocation, uid, free=free,
                                          quota_room=None if room is None else room - allocation.gpu_count)
             if isinstance(outcome, str):
-                return denied(403, REFUSAL_REASON, refusal_message(group, outcome), warnings=decision.warnings)
+                return denied(403, REFUSAL_REASON, refusal_message(ref, outcome), warnings=decision.warnings)
             joined.append(outcome.key)
             if weighed:  # the record has only this pod: it was just made (or made by this pod's retry)
                 weighed[-1] = (*weighed[-1][:2], outcome.members == (uid,))
@@ -444,7 +446,7 @@ def build_source(
 
     from webhook.errors import UserError
 
-    from .cache import KINDS
+    from .cache import KINDS, SIZE_KINDS
     from .config import load_api_client
     from .group_ledger import GroupApiStore
     from .kube import KubeLister
@@ -486,8 +488,10 @@ def build_source(
                                       takeover_wait=takeover_wait, eligible=source.can_lead)
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, current.stale_after_seconds / 2)))
-    reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout) for k in KINDS]
+    reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout)
+                  for k in (*KINDS, *SIZE_KINDS)]
     source.upkeep = Upkeep(source, reflectors, freeze_gc=freeze_gc)
+    lister.stop = source.upkeep.stop  # an absent API's wait for its next look ends when the watches close
     if start:
         source.upkeep.start()
         if source.elector is not None:

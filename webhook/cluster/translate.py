@@ -30,6 +30,7 @@ from webhook.core.domain.model import (
 )
 from webhook.core.domain.names import INVENTORY_ANNOTATION, QUOTA_CORES, QUOTA_GPUS, QUOTA_MEMORY
 from webhook.core.domain.vendor_quota import quota_key
+from webhook.core.placement.groups import SIZED_KINDS, merge_sizes, sizes_of
 from webhook.core.placement.mig import offer_of, whole_cards
 from webhook.core.podspec.hami_register import REGISTER_ANNOTATIONS, RegisterError, devices_of
 from webhook.core.podspec.inventory import (
@@ -50,7 +51,7 @@ from .podusage import PodUsage, place_usage, pod_usage_of
 
 CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
-     "ConfigMap"}
+     "ConfigMap", *(kind for _, kind in SIZED_KINDS)}
 )
 # ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
 QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
@@ -386,6 +387,9 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         if found_map is not None:
             config_maps.setdefault(found_map[0], {})[found_map[1]] = found_map[2]
     env_readers = with_env_reads({}, (env_reads(p) for p in by_kind["Pod"]))
+    # Multi-pod groups' sizes from their controllers' objects and PodGroups, as the watch cache keeps them
+    # (an object of another API group that shares a kind's name, a batch/v1 Job, states none).
+    group_sizes = merge_sizes(sizes_of(o) for kind in sorted({k for _, k in SIZED_KINDS}) for o in by_kind[kind])
     namespaces = {}
     for obj in by_kind["Namespace"]:
         namespace = guarded("Namespace", obj, namespace_of)
@@ -402,5 +406,6 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         claim_templates=claims["ResourceClaimTemplate"],
         config_maps=config_maps,
         env_readers=env_readers,
+        group_sizes=group_sizes,
         observed=observed_of(uses, nodes),
     )

@@ -244,6 +244,9 @@ class Snapshot:
     env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]] = field(default_factory=dict)
     # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
     groups: Mapping[str, Any] = field(default_factory=dict)
+    # Multi-pod groups' sizes as their controllers' objects state them (a PyTorchJob's replicas, a
+    # PodGroup's minMember: core/placement/groups.py `sizes_of`), by the `GroupRef.key` of their pods.
+    group_sizes: Mapping[str, int] = field(default_factory=dict)
     # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
     # derived from (`shapes.Observed`); None: nothing observed. Derived from the pods and the
     # reservations, like `derived`: not part of equality (`state.with_allocation` leaves it as it is).

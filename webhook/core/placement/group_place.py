@@ -305,7 +305,8 @@ def choose(levels: list[Level], pods: int, open_ended: bool) -> Choice | None:
 # -- admission ------------------------------------------------------------------------------------------
 
 
-def placed_here(pod: Mapping[str, Any], namespace: str, policy: Policy) -> GroupRef | None:
+def placed_here(pod: Mapping[str, Any], namespace: str, policy: Policy,
+                sizes: Mapping[str, int] | None = None) -> GroupRef | None:
     """The pod's multi-pod group when this webhook places it: None for a pod of no group, one whose
     topology another scheduler, Kueue TAS or KAI owns (they place the group), or with groups off
     (`none`). A malformed group annotation is `plan`'s to refuse, with the field named; here it only
@@ -313,7 +314,7 @@ def placed_here(pod: Mapping[str, Any], namespace: str, policy: Policy) -> Group
     if names_no_group(pod):  # most pods: none of the group keys, nothing more to read
         return None
     try:
-        ref = group_of(pod, namespace)
+        ref = group_of(pod, namespace, sizes)
         if ref is None or mode_of(pod, namespace, policy) == NONE:
             return None
     except ValueError:
@@ -326,7 +327,7 @@ def plan(request: PodRequest, snapshot: Snapshot, policy: Policy, ctx: Placement
          when_full: str) -> GroupPlan | Refusal | None:
     """The group step of a pod's mutation: None for a pod of no group."""
     try:
-        ref = group_of(request.raw, request.namespace)
+        ref = group_of(request.raw, request.namespace, snapshot.group_sizes)
         if ref is None:
             return None
         mode = mode_of(request.raw, request.namespace, policy)

@@ -31,12 +31,17 @@ count is only the minimum); Kubeflow training operator `training.kubeflow.org/jo
 job across replica types, named by `operator-name`'s kind); KubeRay `ray.io/cluster` + `ray.io/group`;
 Volcano `volcano.sh/job-name`; scheduler-plugins `scheduling.x-k8s.io/pod-group` and the legacy
 `pod-group.scheduling.sigs.k8s.io[/name]` (with `.../min-available` as the minimum).
-`gpu-admission.io/group-size: N` states the size for any of them.
+`gpu-admission.io/group-size: N` states the size for any of them; otherwise the size comes from the
+controller's own object or PodGroup (`Snapshot.group_sizes`, filled by the watch cache and `check`'s
+snapshot with `sizes_of`): PodGroup `spec.minMember` (Volcano, scheduler-plugins), Volcano Job
+`tasks[].replicas`, Kubeflow `*ReplicaSpecs[].replicas`, JobSet `replicas x parallelism` per replicated
+job, RayCluster worker group `replicas x numOfHosts` (head group 1). Volcano's own pod annotation
+`scheduling.k8s.io/group-name` (a pod of a Volcano PodGroup) names the group `podgroup/<name>` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +98,9 @@ JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins coscheduling (PodGroup CRD)
 LEGACY_PODGROUP_LABELS = ("pod-group.scheduling.sigs.k8s.io", "pod-group.scheduling.sigs.k8s.io/name")
 LEGACY_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
+# Volcano: the PodGroup a pod belongs to (set by the Volcano Job controller, or by hand on plain pods);
+# read after `volcano.sh/job-name`, so a Volcano Job's pods stay one group named by their job.
+VOLCANO_PODGROUP = "scheduling.k8s.io/group-name"
 
 
 def _text(source: Mapping[str, Any], key: str) -> str:
@@ -134,13 +142,16 @@ def _controller_group(labels: Mapping[str, Any],
     for key in LEGACY_PODGROUP_LABELS:
         if name := _text(labels, key):
             return f"podgroup/{name}", None, _count(_text(labels, LEGACY_MIN_AVAILABLE)) or 1, key
+    if name := _text(annotations, VOLCANO_PODGROUP):
+        return f"podgroup/{name}", None, 1, VOLCANO_PODGROUP
     return None
 
 
 # Every key that can name a group (labels or annotations; the pod-group ones count in labels only, but
 # looking for them in annotations too only means the full look-up runs).
 _GROUP_KEYS = frozenset((GROUP_ANNOTATION, workload.LWS_NAME, workload.JOBSET_NAME, workload.TRAINING_JOB,
-                         workload.RAY_CLUSTER, workload.VOLCANO_JOB, PODGROUP_LABEL, *LEGACY_PODGROUP_LABELS))
+                         workload.RAY_CLUSTER, workload.VOLCANO_JOB, PODGROUP_LABEL, *LEGACY_PODGROUP_LABELS,
+                         VOLCANO_PODGROUP))
 
 
 def names_no_group(pod: Mapping[str, Any]) -> bool:
@@ -152,9 +163,13 @@ def names_no_group(pod: Mapping[str, Any]) -> bool:
             and _GROUP_KEYS.isdisjoint(mapping_of(metadata.get("annotations"))))
 
 
-def group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
+def group_of(pod: Mapping[str, Any], namespace: str,
+             sizes: Mapping[str, int] | None = None) -> GroupRef | None:
     """The pod's group, or None when it belongs to none. Raises ValueError naming the annotation when
-    `gpu-admission.io/group` or `gpu-admission.io/group-size` is malformed (the pod author's to fix)."""
+    `gpu-admission.io/group` or `gpu-admission.io/group-size` is malformed (the pod author's to fix).
+
+    `sizes` (`Snapshot.group_sizes`, by `GroupRef.key`): the sizes read from the controllers' objects,
+    used for a controller's group when neither the pod's annotation nor its labels state one."""
     metadata = mapping_of(pod.get("metadata"))
     labels = mapping_of(metadata.get("labels"))
     annotations = mapping_of(metadata.get("annotations"))
@@ -171,7 +186,19 @@ def group_of(pod: Mapping[str, Any], namespace: str) -> GroupRef | None:
         return None
     name, stated, minimum, source = found
     size = size or stated
-    return GroupRef(namespace, name, size, source, size or minimum)
+    ref = GroupRef(namespace, name, size, source, size or minimum)
+    return sized(ref, sizes) if sizes else ref
+
+
+def sized(ref: GroupRef, sizes: Mapping[str, int]) -> GroupRef:
+    """`ref` with the size its controller's object states (`Snapshot.group_sizes`) when the pod states
+    none; a group the pod's author named (`gpu-admission.io/group`) is theirs to size."""
+    if ref.size is not None or ref.source == GROUP_ANNOTATION:
+        return ref
+    size = sizes.get(ref.key)
+    if type(size) is not int or size < 1:
+        return ref
+    return GroupRef(ref.namespace, ref.name, size, ref.source, size)
 
 
 def _stated_size(annotations: Mapping[str, Any]) -> int | None:
@@ -279,3 +306,110 @@ def without_member(record: GroupRecord, member: str) -> GroupRecord | None:
         return None
     return GroupRecord(record.namespace, record.name, record.level, record.domain, record.size,
                        record.gpus_per_pod, members)
+
+
+# -- sizes from the controllers' objects ----------------------------------------------------------------
+
+# (API group, kind) of the objects that state a group's size, each read by `sizes_of`.
+SIZED_KINDS = frozenset({
+    ("scheduling.volcano.sh", "PodGroup"), ("scheduling.x-k8s.io", "PodGroup"), ("scheduling.sigs.k8s.io", "PodGroup"),
+    ("batch.volcano.sh", "Job"), ("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "TFJob"),
+    ("kubeflow.org", "MPIJob"), ("kubeflow.org", "XGBoostJob"), ("kubeflow.org", "PaddleJob"),
+    ("kubeflow.org", "JAXJob"), ("jobset.x-k8s.io", "JobSet"), ("ray.io", "RayCluster"),
+})
+# Kubeflow kind -> the spec field of its replica specs
+_REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs",
+                  "XGBoostJob": "xgbReplicaSpecs", "PaddleJob": "paddleReplicaSpecs", "JAXJob": "jaxReplicaSpecs"}
+
+
+def _number(value: Any, default: int | None = None) -> int | None:
+    """A count field (an integer >= 0), `default` when absent, None when malformed."""
+    if value is None:
+        return default
+    return value if type(value) is int and value >= 0 else None  # type(): not bool
+
+
+def _kubeflow_size(kind: str, spec: Mapping[str, Any]) -> int | None:
+    replicas = mapping_of(spec.get(_REPLICA_SPECS[kind]))
+    total = 0
+    for role, replica_spec in replicas.items():
+        # mpi-operator: the launcher runs mpirun and takes no part in the job's GPUs, unless told to
+        # run as a worker too.
+        if kind == "MPIJob" and str(role).lower() == "launcher" and spec.get("runLauncherAsWorker") is not True:
+            continue
+        count = _number(mapping_of(replica_spec).get("replicas"), 1)  # the operators default to 1
+        if count is None:
+            return None
+        total += count
+    return total or None
+
+
+def sizes_of(obj: Mapping[str, Any]) -> dict[str, int]:
+    """The group sizes an owner object or PodGroup states, by the `GroupRef.key` its pods' group gets;
+    empty for any other object, or one whose counts are malformed (its pods' groups stay open-ended).
+
+    PodGroup (Volcano, scheduler-plugins): `spec.minMember`, the pods the gang scheduler waits for.
+    Volcano Job: the sum of `spec.tasks[].replicas`, every pod the job makes (the group is placed whole;
+    `spec.minAvailable`, what Volcano gangs on and its PodGroup's minMember, may be fewer, but the pods
+    beyond it still come to the same domain). Kubeflow jobs: the sum of their replica specs' `replicas`
+    (an MPIJob's launcher counts only with `runLauncherAsWorker`). JobSet: per replicated job,
+    `replicas x template.spec.parallelism`. RayCluster: the head group is 1 pod; per worker group,
+    `replicas` (`minReplicas` when unset) x `numOfHosts`."""
+    api_version = obj.get("apiVersion")
+    kind = obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return {}
+    group, _, version = api_version.rpartition("/")
+    if (group, kind) not in SIZED_KINDS:
+        return {}
+    metadata = mapping_of(obj.get("metadata"))
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        return {}
+    namespace = metadata.get("namespace")
+    prefix = f"{namespace if isinstance(namespace, str) and namespace else 'default'}/"
+    spec = mapping_of(obj.get("spec"))
+    found: dict[str, int | None] = {}
+    if kind == "PodGroup":
+        found[f"podgroup/{name}"] = _number(spec.get("minMember"))
+    elif kind == "Job":
+        tasks = spec.get("tasks")
+        counts = [_number(mapping_of(t).get("replicas"), 1) for t in tasks] if isinstance(tasks, list) else [None]
+        found[f"vcjob/{name}"] = None if None in counts else sum(c for c in counts if c is not None)
+    elif kind in _REPLICA_SPECS:
+        # The pods' group is named by the operator: the v1 training operator calls itself
+        # `<kind>-controller`, mpi-operator (kubeflow.org/v2beta1 MPIJob) `mpi-operator`.
+        operator = "mpi-operator" if kind == "MPIJob" and version != "v1" else kind.lower()
+        found[f"{operator}/{name}"] = _kubeflow_size(kind, spec)
+    elif kind == "JobSet":
+        for job in spec.get("replicatedJobs") or ():
+            job = mapping_of(job)
+            job_name = job.get("name")
+            template = mapping_of(mapping_of(job.get("template")).get("spec"))
+            jobs, parallelism = _number(job.get("replicas"), 1), _number(template.get("parallelism"), 1)
+            if isinstance(job_name, str) and job_name and jobs is not None and parallelism is not None:
+                found[f"jobset/{name}/{job_name}"] = jobs * parallelism
+    elif kind == "RayCluster":
+        if "headGroupSpec" in spec:
+            found[f"raycluster/{name}/headgroup"] = 1
+        for worker in spec.get("workerGroupSpecs") or ():
+            worker = mapping_of(worker)
+            group_name = worker.get("groupName")
+            replicas = _number(worker.get("replicas"))
+            if worker.get("replicas") is None:
+                replicas = _number(worker.get("minReplicas"), 0)
+            hosts = _number(worker.get("numOfHosts"), 1)
+            if isinstance(group_name, str) and group_name and replicas is not None and hosts:
+                found[f"raycluster/{name}/{group_name}"] = replicas * hosts
+    return {prefix + key: size for key, size in found.items() if size}
+
+
+def merge_sizes(tables: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """One `Snapshot.group_sizes` from each object's `sizes_of` (the larger where two objects name one
+    group: a Volcano PodGroup and a scheduler-plugins PodGroup of the same name)."""
+    merged: dict[str, int] = {}
+    for sizes in tables:
+        for key, size in sizes.items():
+            if size > merged.get(key, 0):
+                merged[key] = size
+    return merged

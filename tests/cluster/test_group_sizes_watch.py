@@ -120,3 +120,16 @@ def test_an_api_the_cluster_lacks_or_the_role_cannot_read_lists_empty() -> None:
         assert error.status == 403
     else:
         raise AssertionError("a refused GPUInventory list must fail")
+
+
+def test_a_cluster_file_carries_the_owners_and_a_kubernetes_job_beside_them_states_nothing(tmp_path: Any) -> None:
+    import yaml
+
+    from webhook.cluster.files import load_cluster
+
+    path = tmp_path / "cluster.yaml"
+    batch_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "team-a"},
+                 "spec": {"parallelism": 5, "template": {"spec": {"containers": []}}}}
+    path.write_text(yaml.safe_dump_all([clique_node("a-n0", "a"), pytorchjob("train", 3), PODGROUP, batch_job]))
+    snapshot = build_snapshot(load_cluster([str(path)]))
+    assert snapshot.group_sizes == {"team-a/pytorchjob/train": 4, "team-b/podgroup/pg": 3}

@@ -320,6 +320,24 @@ def _add_group_size(meta: dict[str, Any], item: Any, lws_size: int) -> None:
         meta["annotations"] = {**extra, **annotations}
 
 
+def _with_manifest_group_sizes(snapshot: Any, manifests: Sequence[Any], namespace: str) -> Any:
+    """The group sizes the checked manifests' own controllers state (a PyTorchJob's replica specs, a
+    PodGroup's minMember), as the watch reads them from the cluster once they are applied."""
+    from dataclasses import replace
+
+    from webhook.core.placement.groups import merge_sizes, sizes_of
+
+    tables = []
+    for doc in manifests:
+        data = doc.data if isinstance(doc.data, dict) else {}
+        metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        if not metadata.get("namespace"):
+            data = {**data, "metadata": {**metadata, "namespace": namespace}}
+        tables.append(sizes_of(data))
+    found = merge_sizes(tables)
+    return replace(snapshot, group_sizes=merge_sizes([snapshot.group_sizes, found])) if found else snapshot
+
+
 def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot: Any, member: str) -> tuple[Any, Any]:
     """Record an admitted pod in its group's record as the webhook's ledger does (`groups.commit`), so the
     next replica follows the domain; a refusal denies the pod as the ledger would (403)."""
@@ -331,7 +349,7 @@ def _join_group(pod: Mapping[str, Any], namespace: str, decision: Any, snapshot:
     allocation = decision.allocation
     if allocation is None or not allocation.group or not allocation.domain:
         return decision, snapshot
-    ref = group_of(pod, namespace)
+    ref = group_of(pod, namespace, snapshot.group_sizes)
     if ref is None:
         return decision, snapshot
     level, value = split_domain(allocation.domain)
@@ -367,7 +385,7 @@ def _pod_entry(
     entry["allocation"] = allocation_to_json(allocation) if allocation is not None else None
     if allocation is not None and allocation.group:
         try:
-            ref = group_of(pod, namespace)
+            ref = group_of(pod, namespace, snapshot.group_sizes)
         except ValueError:
             ref = None
         if ref is not None:
@@ -509,6 +527,7 @@ def run(args: argparse.Namespace) -> int:
     manifests = [doc for doc in documents if isinstance(doc, Document)]
     snapshot = with_manifest_claims(snapshot, manifests, args.namespace)
     snapshot = with_manifest_config_maps(snapshot, manifests, args.namespace)  # what their envFrom reads
+    snapshot = _with_manifest_group_sizes(snapshot, manifests, args.namespace)  # a PyTorchJob sizes its pods' group
     results = evaluate(workloads(documents), snapshot, policy, args.namespace)
     _namespace_warnings(results, snapshot, policy, args)
     if args.output == "json":

@@ -101,12 +101,19 @@ def test_a_job_too_big_for_any_clique_is_refused_with_the_figures(tmp_path: Path
             " placed split") in result["warnings"]
 
 
-def test_an_open_ended_job_that_outgrows_its_clique_gets_a_note_with_its_size(tmp_path: Path, capsys) -> None:
+def test_a_job_sized_by_its_manifest_that_outgrows_its_clique_is_placed_split_with_the_figures(
+    tmp_path: Path, capsys
+) -> None:
+    # The PyTorchJob states its size (5 workers), as the watched object does online: no open-ended group,
+    # no note asking for gpu-admission.io/group-size; preferred mode splits it and says why.
     cluster = cluster_file(tmp_path, {"a": 2, "b": 4})
     code, report = check(capsys, "--cluster", cluster, pytorchjob(tmp_path, workers=5))
     (result,) = report["results"]
-    assert code == 0 and "split over 2 domains" in result["message"]
-    assert any('gpu-admission.io/group-size: "5"' in note for note in result["notes"])
+    assert code == 0 and len(result["pods"]) == 5 and sorted(set(cliques_of(result))) == ["a", "b"]
+    assert result["pods"][0]["group"]["size"] == 5
+    assert ("group ml/pytorchjob/train needs 40 GPUs (5 pods x 8) in one nvidia.com/gpu.clique; the largest has 32:"
+            " placed split") in result["warnings"]
+    assert not any("gpu-admission.io/group-size" in note for note in result.get("notes", []))
 
 
 def test_leaderworkerset_groups_carry_their_size_and_each_takes_its_own_clique(tmp_path: Path, capsys) -> None:
@@ -152,8 +159,9 @@ def test_the_documented_examples_give_the_documented_answers(capsys) -> None:
     assert result["pods"][0]["group"] == {"name": "ml/pytorchjob/llm-pretrain", "size": 16, "minimum": 16}
     code, report = check(capsys, "--cluster", str(DOCS / "rack-cluster.yaml"), str(DOCS / "jobset-rack.yaml"))
     (result,) = report["results"]
-    assert code == 0 and {pod["domain"] for pod in result["pods"]} == {"topology.kubernetes.io/rack=rack-3"}
-    assert result["pods"][0]["group"] == {"name": "ml/jobset/finetune/workers", "size": None, "minimum": 3}
+    # The JobSet states its size (3 Jobs x parallelism 1): best fit takes the rack with exactly three free.
+    assert code == 0 and {pod["domain"] for pod in result["pods"]} == {"topology.kubernetes.io/rack=rack-1"}
+    assert result["pods"][0]["group"] == {"name": "ml/jobset/finetune/workers", "size": 3, "minimum": 3}
 
 
 def test_check_follows_the_groups_the_webhook_already_placed(tmp_path: Path, capsys) -> None:

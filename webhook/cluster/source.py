@@ -98,6 +98,8 @@ class LiveSource:
         self._plan_lock = threading.Lock()
         self._holds: dict[str, tuple[float, Allocation]] = {}
         self._holds_version = 0
+        # The last commit's picture: ((cache generation, groups version), its entries by uid, the picture).
+        self._last_commit: tuple[tuple[int, int], dict[str, Reservation], Snapshot] | None = None
         self.upkeep: Upkeep | None = None  # the watch and prune threads, when built by build_source
         self.elector: LeaseElector | None = None  # with --reservations leader: who decides (cluster/leader.py)
 
@@ -223,6 +225,22 @@ class LiveSource:
     def age_seconds(self) -> float:
         return self.cache.silence()
 
+    def _commit_view(self, base: Snapshot, generation: int, entries: list[Reservation]) -> Snapshot:
+        """The picture a commit decides against: `base` with `entries` folded in. Folded onto the previous
+        commit's picture when that holds a subset of the same entries (a burst adds one at a time), so a
+        namespace with thousands of admissions in flight costs each commit its new entries, not all."""
+        current = {e.uid: e for e in entries}
+        cached = self._last_commit
+        groups_version = self.groups.version
+        if cached is not None and cached[0] == (generation, groups_version) and all(
+                current.get(uid) is entry for uid, entry in cached[1].items()):
+            new = [e for uid, e in current.items() if uid not in cached[1]]
+            view = with_reservations(cached[2], new) if new else cached[2]
+        else:
+            view = self._with_groups(with_reservations(base, entries))
+        self._last_commit = ((generation, groups_version), current, view)
+        return view
+
     def _with_groups(self, snapshot: Snapshot) -> Snapshot:
         records = self.groups.records()
         return replace(snapshot, groups=records) if records or snapshot.groups else snapshot
@@ -248,7 +266,7 @@ class LiveSource:
                 for e in self.ledger.active(self.horizon())
                 if e.namespace != namespace and e.uid != uid and not self.cache.counted(e.uid, generation)
             ]
-            view = self._with_groups(with_reservations(base, pending + others))
+            view = self._commit_view(base, generation, pending + others)
             decision = decide(view)
             views.append(view)
             allocation = decision.allocation

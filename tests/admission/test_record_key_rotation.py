@@ -68,3 +68,13 @@ def test_serve_reads_the_previous_key_beside_the_key(tmp_path: Path, monkeypatch
     (tmp_path / "previous.key").write_bytes(b"short")
     with pytest.raises(Exception, match="at least 16 bytes"):
         serve._record_key()
+
+
+def test_the_plan_key_is_read_from_the_record_without_parsing_it() -> None:
+    from webhook.core.podspec.record import ANNOTATION, record_nonce
+
+    decision = admit.mutate(pod(), SNAP, POLICY, namespace="team-a", record_key=NEW, nonce="3f2a-9c")
+    patched = jsonpatch.apply_patch(copy.deepcopy(pod()), list(decision.patch))
+    assert record_nonce(patched["metadata"]["annotations"][ANNOTATION]) == "3f2a-9c"
+    assert record_nonce(mutated(NEW)["metadata"]["annotations"][ANNOTATION]) == ""  # sealed without one
+    assert record_nonce(None) == record_nonce('{"nonce":"x"}') == ""

@@ -319,7 +319,7 @@ class ClusterCache:
     def _delete(self, kind: str, key: str) -> None:
         if kind == "pods":
             if self._dra_holders.pop(key, None) is not None:
-                self._dirty.add("namespace_usage")
+                self._dirty.update(("namespace_usage", "claim_users"))
             self._set_reads(key, NO_POD_READS)
             pod = self._pods.pop(key, None)
             if pod is not None:
@@ -441,7 +441,7 @@ class ClusterCache:
                 self._dra_holders[key] = (str(meta_of(obj).get("namespace") or "default"), refs)
             else:
                 del self._dra_holders[key]
-            self._dirty.add("namespace_usage")
+            self._dirty.update(("namespace_usage", "claim_users"))
         try:
             # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
             annotations = meta_of(obj).get("annotations")
@@ -644,7 +644,7 @@ class ClusterCache:
             for namespace, use in held.items():
                 ns_usage[namespace] = ns_usage.get(namespace, Usage()) + use
         users: Mapping[str, Mapping[tuple[str, str], int]] = (
-            claim_users(self._dra_holders) if "namespace_usage" in dirty or previous is None else previous.claim_users
+            claim_users(self._dra_holders) if "claim_users" in dirty or previous is None else previous.claim_users
         )
         claims, templates = (
             dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)

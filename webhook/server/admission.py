@@ -21,10 +21,10 @@ from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.names import GROUP as INVENTORY_GROUP
 from webhook.core.domain.names import INVENTORY_PLURAL as INVENTORY_RESOURCE
 from webhook.core.placement.group_place import placed_here
+from webhook.core.podspec.record import record_nonce
 from webhook.core.podspec.workload import describe as describe_workload
 from webhook.policyfile.holder import PolicyHolder
 
-from . import jsoncodec
 from . import review as rv
 from .logs import ADMISSION_LOGGER, admission_fields, log_admission
 from .metrics import AdmissionMetrics
@@ -292,7 +292,8 @@ class AdmissionHandler:
             decision = self.source.commit(pod_uid, namespace, decide, incoming.dry_run, group=group, pod=pod)
         release = getattr(self.source, "release", None)
         if release is not None and not incoming.dry_run:
-            release(_record_nonce(metadata))  # its reservation (if admitted) now holds what its plan held
+            # its reservation (if admitted) now holds what its plan held
+            release(record_nonce(_mapping(metadata.get("annotations")).get(ALLOCATION)))
         return _from_decision(uid, decision, with_patch=False)
 
     def _record_update(self, incoming: rv.IncomingReview) -> _Outcome:
@@ -378,19 +379,6 @@ class AdmissionHandler:
             mutating=endpoint == "mutate",
         )
         return _from_decision(uid, decision, with_patch=endpoint == "mutate")
-
-
-def _record_nonce(metadata: Mapping[str, Any]) -> str:
-    """The nonce of the pod's decision record (the key its mutation's plan is held under), "" if none."""
-    text = _mapping(metadata.get("annotations")).get(ALLOCATION)
-    if not isinstance(text, str) or '"nonce"' not in text:
-        return ""
-    try:
-        record = jsoncodec.loads(text.encode())
-    except (ValueError, RecursionError):
-        return ""
-    nonce = record.get("nonce") if isinstance(record, dict) else None
-    return nonce if isinstance(nonce, str) else ""
 
 
 def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:

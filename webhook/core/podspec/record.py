@@ -261,9 +261,8 @@ def read_sealed(raw: object, shape: str, key: RecordKey) -> Sealed | str:
         return "its seal does not verify: someone other than this webhook wrote or changed it"
     # Pods with one allocation (node, GPUs, requirement) carry one record but for its nonce: the parse of
     # the rest is kept, keyed by the text without the nonce and where it stood.
-    start = raw.find(_NONCE_MEMBER, 0, at)
+    start, end = _nonce_span(raw, at)
     first = start + len(_NONCE_MEMBER)
-    end = raw.find('"', first, at) if start > 0 else -1
     nonce = raw[first:end]
     # A nonce that is its own JSON text (a UUID, hex digits): any other such one parses alike.
     if end < 0 or not nonce.isascii() or not (nonce.isalnum() or nonce.replace("-", "").isalnum()):
@@ -287,6 +286,23 @@ def read_sealed(raw: object, shape: str, key: RecordKey) -> Sealed | str:
 
 
 _NONCE_MEMBER = f',"{NONCE}":"'
+
+
+def _nonce_span(raw: str, at: int) -> tuple[int, int]:
+    """Where the nonce member starts in a record's text and where its value ends (-1 when none), before
+    position `at` (the seal)."""
+    start = raw.find(_NONCE_MEMBER, 0, at)
+    return start, raw.find('"', start + len(_NONCE_MEMBER), at) if start > 0 else -1
+
+
+def record_nonce(raw: object) -> str:
+    """The nonce a record's text carries, unverified ("" when none): the key its mutation's plan is held
+    under until the validation of the same pod (cluster/source.py `LiveSource.plan`)."""
+    if not isinstance(raw, str):
+        return ""
+    at = raw.rfind(_SEAL_KEY)
+    start, end = _nonce_span(raw, at if at > 0 else len(raw))
+    return raw[start + len(_NONCE_MEMBER):end] if end > 0 else ""
 _PARSED: dict[tuple[int, str], tuple[Allocation, Mapping[str, Any] | None, Mapping[str, Any] | None]] = {}
 _PARSED_MAX = 1024
 

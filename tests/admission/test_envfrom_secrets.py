@@ -252,3 +252,23 @@ def test_only_the_nodes_the_pod_can_land_on_need_to_ignore_the_variable() -> Non
     cordoned = dataclasses.replace(node("h2", H100, 8), unschedulable=True)
     snap2 = dataclasses.replace(snap, nodes={**snap.nodes, "h2": cordoned})
     assert admit.mutate(pinned, snap2, Policy()).reason == "isolation-env-from"
+
+
+def test_the_shared_cache_pin_keeps_the_container_where_hami_watches_it() -> None:
+    # HAMi's device plugin mounts the node's vgpu/containers/<pod uid>_<container> at /usr/local/vgpu and its
+    # monitor reads the one *.cache file there (skipping names with libvgpu.so); a pod env entry wins over
+    # the plugin's own value, so the pin must name a file in that directory, never a private one.
+    _, final, validated = chain(gpu_pod({**SECRET, "prefix": "CUDA_"}), OPEN)
+    assert validated.allowed, validated.message
+    pinned = env_of(final)["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+    directory, _, name = pinned.rpartition("/")
+    assert directory == "/usr/local/vgpu" and name.endswith(".cache") and "libvgpu.so" not in name
+
+
+@pytest.mark.parametrize("value", ["/tmp/cudevshr.cache", "/tmp/mine.cache", "/usr/local/vgpu/../x.cache",
+                                   "/usr/local/vgpu/other.cache"])
+def test_a_shared_cache_the_pod_chooses_is_refused_unless_it_is_the_pin(value: str) -> None:
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["env"] = [{"name": "CUDA_DEVICE_MEMORY_SHARED_CACHE", "value": value}]
+    decision = admit.mutate(pod, OPEN, Policy())
+    assert not decision.allowed and "CUDA_DEVICE_MEMORY_SHARED_CACHE" in decision.message

@@ -141,7 +141,14 @@ def is_isolation_env(name: str) -> bool:
 # - CUDA_TASK_PRIORITY: HAMi-core's region priority is 1 unless set (0 takes precedence over others).
 # - CUDA_OVERSUBSCRIBE, CUDA_DISABLE_CONTROL: HAMi parses them as booleans; "false" is their default.
 # - CUDA_REDIRECT: HAMi-core dlopens it only when set and non-empty; empty is the same as unset.
-# - CUDA_DEVICE_MEMORY_SHARED_CACHE: HAMi-core's own default path when unset.
+# - CUDA_DEVICE_MEMORY_SHARED_CACHE: a file in the directory HAMi's device plugin mounts into each GPU
+#   container (`<hookPath>/vgpu`, from the node's `vgpu/containers/<pod uid>_<container>`), which HAMi's
+#   monitor reads for the container's usage and priority. The kubelet lays the pod's env after the
+#   plugin's own value (a fresh `<uuid>.cache` there), so the pin replaces it with a name in the same
+#   place: still the one `.cache` file the monitor finds (pkg/monitor/nvidia/cudevshr.go). HAMi-core's own
+#   default, /tmp/cudevshr.cache, would take the container off that path. Where the directory does not
+#   exist (another hookPath), HAMi-core cannot open the file and exits (multiprocess_memory_limit.c
+#   try_create_shrreg): the pin never loosens a limit.
 # - LD_PRELOAD: the dynamic loader preloads nothing for an empty value (an image's own LD_PRELOAD, which
 #   env overrides too, is dropped in such a container).
 # - NVIDIA_GDS / _MOFED / _NVSWITCH: the toolkit mounts those devices only for "enabled".
@@ -160,6 +167,9 @@ def is_isolation_env(name: str) -> bool:
 # - CUDA_MPS_PIPE_DIRECTORY / _LOG_DIRECTORY / _CLIENT_PRIORITY: set by the MPS setup or lowering only.
 # ---------------------------------------------------------------------------------------------
 
+# The accounting file pinned for HAMi-core: in the per-container directory of HAMi's default hookPath.
+HAMI_SHARED_CACHE = "/usr/local/vgpu/gpu-admission.cache"
+
 ENV_FROM_PINS: dict[str, str] = {
     "GPU_CORE_UTILIZATION_POLICY": "default",
     "ACTIVE_OOM_KILLER": "true",
@@ -167,7 +177,7 @@ ENV_FROM_PINS: dict[str, str] = {
     "CUDA_OVERSUBSCRIBE": "false",
     "CUDA_DISABLE_CONTROL": "false",
     "CUDA_REDIRECT": "",
-    "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/cudevshr.cache",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE": HAMI_SHARED_CACHE,
     "LD_PRELOAD": "",
     "NVIDIA_GDS": "disabled",
     "NVIDIA_MOFED": "disabled",

@@ -146,9 +146,13 @@ def with_pins(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, st
     """`ops` with each target's pins appended to its env: into the `add` of its env list another step
     already wrote (the limit variables), else as a new one. None for pins already there."""
     out = list(ops)
+    adds: dict[Any, int] = {}  # path -> the first `add` of it (one look-up per target, not a scan)
+    for i, op in enumerate(out):
+        if op.get("op") == "add":
+            adds.setdefault(op.get("path"), i)
     for target, pins in wanted.items():
         path = pointer("spec", target[0], target[1], "env")
-        at = next((i for i, op in enumerate(out) if op.get("op") == "add" and op.get("path") == path), None)
+        at = adds.get(path)
         base = out[at]["value"] if at is not None else _container(pod, target).get("env")
         extra = lacking(base, pins)
         if not extra:
@@ -157,6 +161,7 @@ def with_pins(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, st
         if at is not None:
             out[at] = {**out[at], "value": env}
         else:
+            adds[path] = len(out)
             out.append({"op": "add", "path": path, "value": env})
     return out
 

@@ -17,7 +17,7 @@ variable (env_pins.py), `deny` refuses, `warn` admits with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,13 +25,7 @@ from webhook.core.domain.decision import Decision, allowed, denied, patched, war
 from webhook.core.domain.model import Allocation, EnvReader, PodRequest, Snapshot
 from webhook.core.domain.names import ALLOCATION
 from webhook.core.domain.refusal import Refusal
-from webhook.core.podspec.limits import (
-    GPU_POD_ONLY_ENV,
-    ISOLATION_ENV,
-    ISOLATION_PREFIXES,
-    NO_DEVICES,
-    is_isolation_env,
-)
+from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, ISOLATION_PREFIXES, NO_DEVICES
 from webhook.core.podspec.patch import pointer
 from webhook.core.podspec.podshape import shape_error
 from webhook.core.podspec.vendors import (
@@ -46,104 +40,16 @@ from webhook.core.policy.model import Policy
 
 from . import env_pins
 from .dra import claim_refs
-from .env_pins import Unresolved
+from .envfrom import _FAMILY_TAILS, _TAILS, env_from, env_from_keys, layer_of, refused_keys
+from .envfrom import containers as _containers
+from .envfrom import label as _label
 from .scope import is_managed
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
 # The taints GPU nodes carry for the device plugins of the vendor table (and the chart's toleration).
 GPU_TAINT_KEYS: frozenset[str] = frozenset(COUNT_RESOURCES.values())
-EMPTY: frozenset[str] = frozenset()
-
-# ------------------------------------------------------------------------------------------ ConfigMaps
-
-# A key K of a ConfigMap becomes the variable prefix+K. It can name an isolation variable only if it is a
-# non-empty tail of one of the exact names, or starts with a tail of a family prefix (CUDA_MPS_: "MPS_",
-# "_MPS_", ...). A prefix that itself starts with a family prefix makes every key one: refused outright.
-# Keys that are not valid variable names are skipped by the kubelet, but no isolation name is invalid.
-_TAILS: frozenset[str] = frozenset(name[i:] for name in ISOLATION_ENV for i in range(len(name)))
-_FAMILY_TAILS: tuple[str, ...] = tuple(sorted({p[i:] for p in ISOLATION_PREFIXES for i in range(len(p))}))
-
-
-def env_from_keys(data: object) -> frozenset[str]:
-    """The keys of a ConfigMap's `data` that some envFrom prefix could turn into an isolation variable:
-    all the watch cache keeps of a ConfigMap (values and every other key are dropped). The kubelet reads
-    only `data` for envFrom, never `binaryData`."""
-    if not isinstance(data, Mapping) or not data:
-        return EMPTY
-    keys = [k for k in data if isinstance(k, str) and (k in _TAILS or k.startswith(_FAMILY_TAILS))]
-    return frozenset(keys) if keys else EMPTY
-
-
-def _containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "initContainers")
-                ) -> Iterator[tuple[str, int, str, Mapping[str, Any]]]:
-    """(list key, index, label, container) of the given lists."""
-    for key in kinds:
-        for index, raw in enumerate(list_of(spec.get(key))):
-            container = mapping_of(raw)
-            yield key, index, _label(key, index, container), container
-
-
-_KIND_LABELS = {"containers": "container", "initContainers": "init container",
-                "ephemeralContainers": "ephemeral container"}
-
-
-def _label(key: str, index: int, container: Mapping[str, Any]) -> str:
-    """How messages name a container: "container 'main'", "init container #0"."""
-    kind = _KIND_LABELS[key]
-    name = container.get("name")
-    return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
-
-
-def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
-             kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
-             ) -> tuple[list[Refusal], list[Unresolved]]:
-    """What the pod's envFrom sets that it must not (violations), and the sources the webhook cannot read
-    (Secrets, ConfigMaps the snapshot does not hold) whose prefix could form an isolation variable."""
-    violations: list[Refusal] = []
-    unresolved: list[Unresolved] = []
-    known = snapshot.config_maps.get(namespace, {})
-    for key, index, where, container in _containers(spec, kinds):
-        for entry in list_of(container.get("envFrom")):
-            source = mapping_of(entry)
-            given = source.get("prefix")
-            prefix = given if isinstance(given, str) else ""
-            if prefix.startswith(ISOLATION_PREFIXES):
-                violations.append(Refusal(
-                    "isolation-env", 403, f"{where} takes envFrom with prefix {prefix}, which names the GPU limit "
-                    "layer's variables; use another prefix"))
-                continue
-            config, secret = mapping_of(source.get("configMapRef")), mapping_of(source.get("secretRef"))
-            name = config.get("name") if config else secret.get("name")
-            if not isinstance(name, str):
-                continue
-            if not config or name not in known:
-                if not env_pins.harmless(prefix):
-                    what = f"{'ConfigMap' if config else 'Secret'} {name!r}"
-                    unresolved.append(Unresolved(key, index, where, what, prefix))
-                continue
-            for _, variable in refused_keys(prefix, known[name], gpu_pod):
-                violations.append(Refusal(
-                    "isolation-env", 403, f"{where} takes {variable} from ConfigMap {name!r} through envFrom, "
-                    f"which bypasses GPU isolation ({layer_of(variable)}); remove that key and ask for GPUs in "
-                    "resources.limits"))
-    return violations, unresolved
-
-
-def refused_keys(prefix: str, keys: Iterable[str], gpu_pod: bool) -> list[tuple[str, str]]:
-    """(key, variable) for each key of a ConfigMap that a container reading it through envFrom with this
-    prefix must not take: the one rule of pod admission and of ConfigMap writes (`config_map_write`)."""
-    found = []
-    for key in keys:
-        variable = prefix + key
-        if is_isolation_env(variable) and (variable not in GPU_POD_ONLY_ENV or gpu_pod):
-            found.append((variable, key))
-    return [(key, variable) for variable, key in sorted(found)]
-
-
-def layer_of(variable: str) -> str:
-    return ISOLATION_ENV.get(variable, "the GPU limit layer:").split(":")[0]
-
+__all__ = ["_FAMILY_TAILS", "_TAILS", "env_from", "env_from_keys", "layer_of", "refused_keys"]
 
 # ------------------------------------------------------------------------------------------ ConfigMap writes
 
@@ -439,10 +345,14 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
                               "it, a GPU list would not"))
     elif unresolved:
         targets = env_pins.gpu_targets(request)
+        ignored: list[bool] = []  # whether the nodes ignore the variable: asked once, when it matters
         for u in unresolved:
             variable = env_pins.device_variable(u.prefix)
-            if ((u.key, u.at) in targets and variable is not None
-                    and not env_pins.nodes_ignore_variable(request, snapshot, policy.tolerations)):
+            if (u.key, u.at) not in targets or variable is None:
+                continue
+            if not ignored:
+                ignored.append(env_pins.nodes_ignore_variable(request, snapshot, policy.tolerations))
+            if not ignored[0]:
                 violations.append(Refusal(
                     "isolation-env-from", 403,
                     f"{u.describe()} through envFrom, which the webhook cannot read, and it could set {variable}, "

@@ -456,7 +456,16 @@ def test_webhook_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert one(rendered["single"], "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
+KONNECTIVITY_AGENTS = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+     "podSelector": {"matchLabels": {label: "konnectivity-agent"}}}
+    for label in ("k8s-app", "app")
+]
+
+
 def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    # On by default, but a render that cannot read the API server's addresses (helm template) has none to
+    # admit: it renders no policy rather than one that would shut the API server out.
     assert find(rendered["default"], "NetworkPolicy") == []
     docs = rendered["network-policy"]
     spec = one(docs, "NetworkPolicy")["spec"]
@@ -465,7 +474,8 @@ def test_network_policy_admits_only_the_listed_peers_to_the_server(rendered: dic
     assert spec["ingress"] == [
         {
             "ports": [{"port": "https", "protocol": "TCP"}],
-            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.0.1.5/32"}}, PROMETHEUS_PEER,
+            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "10.0.1.5/32"}},
+                     *KONNECTIVITY_AGENTS, PROMETHEUS_PEER,
                      {"podSelector": spec["podSelector"]}],  # replicas forward to the elected decider
         }
     ]
@@ -642,8 +652,8 @@ def test_clusters_older_than_supported_are_refused(helm: helm_tool.Helm) -> None
         ({"webhook": {"replica": 2}}, "additional properties 'replica' not allowed"),
         ({"webhook": {"replicas": 2, "reservations": "memory"}}, "webhook.reservations: memory keeps reservations"),
         (
-            {"webhook": {"networkPolicy": {"enabled": True}}},
-            "webhook.networkPolicy.enabled needs apiServerCIDRs or extraFrom",
+            {"webhook": {"networkPolicy": {"whenAddressesUnknown": "fail"}}},
+            "webhook.networkPolicy: the API server's addresses are unknown",
         ),
         ({"webhook": {"networkPolicy": {"apiServerCIDRs": [""]}}}, "at '/webhook/networkPolicy/apiServerCIDRs/0'"),
     ],

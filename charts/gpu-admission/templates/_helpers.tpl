@@ -187,3 +187,34 @@ annotations:
   cert-manager.io/inject-ca-from: {{ printf "%s/%s-serving" .Release.Namespace (include "gpu-admission.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The CIDRs the API server calls webhooks from, as a JSON list: webhook.networkPolicy.apiServerCIDRs, else
+the addresses the cluster's own `kubernetes` Service points at (its EndpointSlice, else its Endpoints; the
+API server keeps them to its advertised addresses), read at install or upgrade. Empty where the render
+cannot read the cluster (helm template, GitOps).
+*/}}
+{{- define "gpu-admission.apiServerCIDRs" -}}
+{{- $cidrs := list }}
+{{- if .Values.webhook.networkPolicy.apiServerCIDRs }}
+{{- $cidrs = .Values.webhook.networkPolicy.apiServerCIDRs }}
+{{- else }}
+{{- $addresses := list }}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" }}
+{{- range ($slice.endpoints | default list) }}
+{{- $addresses = concat $addresses (.addresses | default list) }}
+{{- end }}
+{{- if not $addresses }}
+{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" }}
+{{- range ($endpoints.subsets | default list) }}
+{{- range (.addresses | default list) }}
+{{- $addresses = append $addresses .ip }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range (uniq $addresses) }}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) }}
+{{- end }}
+{{- end }}
+{{- toJson $cidrs }}
+{{- end }}

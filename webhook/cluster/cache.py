@@ -25,6 +25,7 @@ from webhook.core.domain.model import (
     Node,
     NodeUsage,
     QuotaLimits,
+    ScalePool,
     Snapshot,
     Usage,
     usage_of,
@@ -38,6 +39,8 @@ from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.podspec.resources import is_gpu_pod
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
+from .nodepools import POOL_KINDS as POOL_SPECS
+from .nodepools import entry_of, ordered
 from .observe import models_of, pod_shape
 from .podrecords import PodRecord, appended_usage, meta_of, node_usage, pod_key
 from .podusage import PodUsage
@@ -62,7 +65,9 @@ KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "res
 # is kept. Watched besides KINDS, but not part of being synced or fresh: without them a group is only
 # open-ended (its pods state no size), as before their first list.
 SIZE_KINDS = ("pytorchjobs", "tfjobs", "mpijobs", "jobsets", "rayclusters", "volcanojobs", "volcanopodgroups",
-              "podgroups")
+              "podgroups", "xgboostjobs", "paddlejobs", "jaxjobs")
+# Node pools that scale from zero (nodepools.py POOL_KINDS): optional likewise, each kept as its pool.
+POOL_KINDS = tuple(POOL_SPECS)
 CLAIM_KINDS = ("resourceclaims", "resourceclaimtemplates")
 CLAIM_ITEM_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate"}
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
@@ -106,6 +111,7 @@ class ClusterCache:
         self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
         # Group sizes by owner object: kind -> "ns/name" -> {GroupRef.key: size} (core groups.sizes_of)
         self._sizes: dict[str, dict[str, dict[str, int]]] = {kind: {} for kind in SIZE_KINDS}
+        self._pools: dict[str, dict[str, tuple[int, ScalePool]]] = {kind: {} for kind in POOL_KINDS}  # weight, pool
         # Pods holding DRA claims: pod key -> (namespace, claim refs); their GPUs count with the claims'.
         self._dra_holders: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         # ConfigMaps read by envFrom: namespace -> name -> the keys that matter (usually none: a shared
@@ -241,7 +247,7 @@ class ClusterCache:
     def _key(self, kind: str, obj: Mapping[str, Any]) -> str:
         if kind == "pods":
             return pod_key(obj)
-        if kind == "resourcequotas" or kind in CLAIM_KINDS or kind == "configmaps" or kind in SIZE_KINDS:
+        if kind in ("resourcequotas", "configmaps") or kind in CLAIM_KINDS or kind in SIZE_KINDS or kind in POOL_KINDS:
             return f"{meta_of(obj).get('namespace') or 'default'}/{meta_of(obj).get('name', '')}"
         return str(meta_of(obj).get("name", ""))
 
@@ -258,6 +264,8 @@ class ClusterCache:
             return list(self._claims[kind])
         if kind in SIZE_KINDS:
             return list(self._sizes[kind])
+        if kind in POOL_KINDS:
+            return list(self._pools[kind])
         if kind == "configmaps":
             return [f"{ns}/{name}" for ns, maps in self._config_maps.items() for name in maps]
         return [f"{ns}/{name}" for ns, quotas in self._quotas.items() for name in quotas]
@@ -267,6 +275,15 @@ class ClusterCache:
         log.warning("%s %s: %s (ignored)", kind, meta_of(obj).get("name", "?"), error)
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind in POOL_KINDS:
+            key, entry, table = self._key(kind, obj), entry_of(obj), self._pools[kind]
+            if table.get(key) != entry:
+                if entry is None:
+                    del table[key]
+                else:
+                    table[key] = entry
+                self._dirty.add("scale_pools")
+            return
         if kind in SIZE_KINDS:
             self._upsert_sizes(kind, obj)
         elif kind == "pods":
@@ -343,6 +360,9 @@ class ClusterCache:
         elif kind in SIZE_KINDS:
             if self._sizes[kind].pop(key, None) is not None:
                 self._dirty.add("group_sizes")
+        elif kind in POOL_KINDS:
+            if self._pools[kind].pop(key, None) is not None:
+                self._dirty.add("scale_pools")
         elif kind == "configmaps":
             ns, _, name = key.partition("/")
             maps = self._config_maps.get(ns, {})
@@ -678,9 +698,13 @@ class ClusterCache:
             merge_sizes(sizes for table in self._sizes.values() for sizes in table.values())
             if "group_sizes" in dirty or previous is None else previous.group_sizes
         )
+        # a NodePool's limits count its nodes: its pool is read again when they change
+        limited = self._dirty_nodes and any(p.limits for table in self._pools.values() for _, p in table.values())
+        pools = (ordered((e for table in self._pools.values() for e in table.values()), self._nodes.values())
+                 if "scale_pools" in dirty or previous is None or limited else previous.scale_pools)
         published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, claims=claims, claim_templates=templates,
                              claim_users=users, config_maps=config_maps, env_readers=env_readers,
-                             group_sizes=group_sizes, observed=self._observed.view())
+                             group_sizes=group_sizes, scale_pools=pools, observed=self._observed.view())
         if previous is not None:
             carry_index(previous, published, changed)  # copy-on-write, by the nodes whose usage changed
         self._published = published

@@ -15,6 +15,8 @@ from typing import Any
 from webhook.core.domain.names import GROUP as INVENTORY_GROUP
 from webhook.core.domain.names import INVENTORY_KIND, INVENTORY_PLURAL, INVENTORY_VERSION
 
+from .nodepools import POOL_KINDS
+
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"  # GA in Kubernetes 1.34
 # Kinds served by CustomObjectsApi (group, version, plural) that a cluster may lack: the GPUInventory
 # CRD when not installed, resource.k8s.io/v1 before Kubernetes 1.34. Absent: an empty list, looked for again.
@@ -35,8 +37,14 @@ GROUP_SIZE_KINDS: Mapping[str, tuple[str, str, str, str]] = {
     "volcanojobs": ("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
     "volcanopodgroups": ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
     "podgroups": ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
+    "xgboostjobs": ("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
+    "paddlejobs": ("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
+    "jaxjobs": ("kubeflow.org", "v1", "jaxjobs", "JAXJob"),
 }
-OPTIONAL = {**OPTIONAL, **{kind: spec[:3] for kind, spec in GROUP_SIZE_KINDS.items()}}
+# Optional APIs that may also be unreadable (403): group sizes, and the node pools that scale from zero
+# (Karpenter NodePools, Cluster API node groups: nodepools.py); either lists none and is looked for again.
+UNREADABLE_OK: Mapping[str, tuple[str, str, str, str]] = {**GROUP_SIZE_KINDS, **POOL_KINDS}
+OPTIONAL = {**OPTIONAL, **{kind: spec[:3] for kind, spec in UNREADABLE_OK.items()}}
 
 # kind (plural, lower case) -> (apiVersion, Kind) that the items of a list lack and we add back
 KINDS: Mapping[str, tuple[str, str]] = {
@@ -48,7 +56,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "resourceclaims": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaim"),
     "resourceclaimtemplates": (f"{DRA_GROUP}/{DRA_VERSION}", "ResourceClaimTemplate"),
     "configmaps": ("v1", "ConfigMap"),
-    **{kind: (f"{group}/{version}", name) for kind, (group, version, _, name) in GROUP_SIZE_KINDS.items()},
+    **{kind: (f"{group}/{version}", name) for kind, (group, version, _, name) in UNREADABLE_OK.items()},
 }
 PAGE_SIZE = 500
 
@@ -110,8 +118,9 @@ class KubeLister:
                 response = call(**kwargs)
             except Exception as error:
                 status = getattr(error, "status", None)
-                if kind in OPTIONAL and (status == 404 or (status == 403 and kind in GROUP_SIZE_KINDS)):
-                    # no CRD / no API: none of them (a group's size unreadable: the group stays open-ended)
+                if kind in OPTIONAL and (status == 404 or (status == 403 and kind in UNREADABLE_OK)):
+                    # no CRD / no API: none of them (a group's size unreadable: the group stays open-ended;
+                    # node pools unreadable: only the policy's pools scale from zero)
                     yield {"metadata": {"resourceVersion": ""}, "items": []}
                     return
                 raise
@@ -135,8 +144,8 @@ class KubeLister:
             self.stop.wait(min(timeout, self.absent_recheck))
             if kind == INVENTORY_PLURAL:
                 raise Gone("the GPUInventory CRD is not installed")
-            if kind in GROUP_SIZE_KINDS:
-                group, version, plural, _ = GROUP_SIZE_KINDS[kind]
+            if kind in UNREADABLE_OK:
+                group, version, plural, _ = UNREADABLE_OK[kind]
                 raise Gone(f"{group}/{version} {plural} are not served (or not readable)")
             raise Gone(f"{DRA_GROUP}/{DRA_VERSION} {kind} are not served (Kubernetes before 1.34)")
         call = self._call(kind)

@@ -464,7 +464,7 @@ def build_source(
 
     from webhook.errors import UserError
 
-    from .cache import KINDS, SIZE_KINDS
+    from .cache import KINDS, POOL_KINDS, SIZE_KINDS
     from .config import load_api_client
     from .group_ledger import GroupApiStore
     from .kube import KubeLister
@@ -507,7 +507,7 @@ def build_source(
     lister = KubeLister(api_client)
     watch_timeout = int(max(10.0, min(60.0, current.stale_after_seconds / 2)))
     reflectors = [Reflector(k, lister.list_pages, lister.stream, cache, watch_timeout=watch_timeout)
-                  for k in (*KINDS, *SIZE_KINDS)]
+                  for k in (*KINDS, *SIZE_KINDS, *POOL_KINDS)]
     source.upkeep = Upkeep(source, reflectors, freeze_gc=freeze_gc)
     lister.stop = source.upkeep.stop  # an absent API's wait for its next look ends when the watches close
     if start:

@@ -46,12 +46,13 @@ from webhook.core.podspec.vendors import VENDORS, classify_resource, device_kind
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .held import repeated
+from .nodepools import POOL_KIND_NAMES, pools_of
 from .observe import observed_of
 from .podusage import PodUsage, place_usage, pod_usage_of
 
 CLUSTER_KINDS = frozenset(
     {"Node", "Namespace", "ResourceQuota", "Pod", "GPUInventory", "ResourceClaim", "ResourceClaimTemplate",
-     "ConfigMap", *(kind for _, kind in SIZED_KINDS)}
+     "ConfigMap", *(kind for _, kind in SIZED_KINDS), *POOL_KIND_NAMES}
 )
 # ResourceQuota keys per quota field; several spellings are in use (HAMi documents the bare names).
 QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
@@ -407,5 +408,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         config_maps=config_maps,
         env_readers=env_readers,
         group_sizes=group_sizes,
+        # Karpenter NodePools and Cluster API node groups that scale from zero, as the watch cache reads them
+        scale_pools=pools_of((o for kind in sorted(POOL_KIND_NAMES) for o in by_kind[kind]), nodes.values()),
         observed=observed_of(uses, nodes),
     )

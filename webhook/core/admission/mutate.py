@@ -94,13 +94,15 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
         denial, placement, notes = _plan(request, snapshot, policy, group)
         warnings += [warning(n) for n in notes]
         if denial:  # no node can ever host it: unless a pool scaling from zero or a ProvisioningRequest can
-            awaiting = awaiting_capacity(request, policy) if group is None and not placement.eligible else None
+            awaiting = awaiting_capacity(request, policy, snapshot) if group is None and not placement.eligible else None
             if awaiting is None:
                 return replace(denial, warnings=tuple(warnings))
             warnings.append(warning(awaiting.note))
         fallback = awaiting.node if awaiting else (snapshot.nodes.get(placement.eligible[0]) if placement.eligible
                                                    else None)
         allocation = _allocation(request, placement.best, fallback, policy, snapshot)
+        if awaiting is not None:  # the record names what the pod waits for
+            allocation = awaiting.stamp(allocation)
         if group is not None:  # the record names the group and its domain
             allocation = replace(allocation, group=group.ref.key, domain=group.domain)
         if len(request.containers) > 1:  # several containers may have slices of their own

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot, TopologyPreference
 from webhook.core.domain.refusal import Refusal
-from webhook.core.placement.capacity import Awaiting, considered, pool_for, pool_node, provisioning_request
+from webhook.core.placement.capacity import Awaiting, considered, pool_for, pools_of, provisioning_request
 from webhook.core.placement.nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from webhook.core.placement.nodeindex import Shape, Statics
 from webhook.core.placement.nodereach import ShapeReach, count_rejections, reach_of, shape_names
@@ -83,17 +83,19 @@ def whole_cards(allocation: Allocation, snapshot: Snapshot) -> bool:
     return allocation.memory_mib >= max(cards, default=allocation.memory_mib)
 
 
-def awaiting_capacity(request: PodRequest, policy: Policy) -> Awaiting | None:
+def awaiting_capacity(request: PodRequest, policy: Policy, snapshot: Snapshot | None = None) -> Awaiting | None:
     """For a request no existing node can ever host: the capacity it may wait for instead of being refused,
-    a declared pool that scales from zero (policy capacity.scaleFromZero) whose nodes could host it, else
-    the ProvisioningRequest it consumes; None when neither (core/placement/capacity.py)."""
+    a pool that scales from zero whose nodes could host it (the policy's capacity.scaleFromZero, then the
+    NodePools and node groups the snapshot read from the cluster), else the ProvisioningRequest it
+    consumes; None when neither (core/placement/capacity.py)."""
     if request.mig or request.dra_gpus or not request.vendor:
         return None
-    if policy.scale_from_zero:
+    pools = pools_of(policy.scale_from_zero, snapshot.scale_pools if snapshot is not None else ())
+    if pools:
         constraints = constraints_for(request, policy.tolerations)
-        pool, _ = pool_for(request, policy.scale_from_zero, constraints, policy.rule(request.namespace).allowed_models)
-        if pool is not None:
-            return Awaiting(pool, pool_node(pool))
+        awaiting, _ = pool_for(request, pools, constraints, policy.rule(request.namespace).allowed_models)
+        if awaiting is not None:
+            return replace(awaiting, request=provisioning_request(request.raw))
     name = provisioning_request(request.raw)
     return Awaiting(None, None, name) if name else None
 
@@ -103,12 +105,13 @@ def check_satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -
 
     Only nodes the pod itself can reach count (its nodeSelector, required node affinity, tolerations,
     cordons), and the message names the constraint that narrowed the choice, then the scale-from-zero
-    pools considered and why none of them fits either."""
+    pools considered (the policy's and the cluster's) and why none of them fits either."""
     refusal = _satisfiable(request, snapshot, policy)
-    if not policy.scale_from_zero:
+    pools = pools_of(policy.scale_from_zero, snapshot.scale_pools)
+    if not pools:
         return refusal
     constraints = constraints_for(request, policy.tolerations)
-    _, misfits = pool_for(request, policy.scale_from_zero, constraints, policy.rule(request.namespace).allowed_models)
+    _, misfits = pool_for(request, pools, constraints, policy.rule(request.namespace).allowed_models)
     return replace(refusal, message=refusal.message + considered(misfits))
 
 

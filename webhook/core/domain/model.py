@@ -41,6 +41,34 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class ScalePool:
+    """A node pool that can scale from zero: the policy's `capacity.scaleFromZero` (kind ""), or read from
+    the cluster (a Karpenter NodePool, a Cluster API node group: cluster/nodepools.py). A pod no existing
+    node can host waits for one of its nodes instead of being refused (core/placement/capacity.py)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    gpu_model: str = ""
+    gpu_count: int = 1
+    memory_mib: int = 0  # per card; 0: unknown
+    vendor: str = "nvidia"
+    kind: str = ""  # "" (the policy's), "NodePool", "MachineDeployment", "MachineSet", "MachinePool"
+    # A NodePool's requirements (key, operator, values), matched as Karpenter does; its GPUs come from them.
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    cpu_milli: int = 0  # a node's CPU and memory when stated; 0: unknown
+    host_memory_mib: int = 0
+    # A NodePool's spec.limits (GPUs, CPU millicores, memory MiB by resource) and what its nodes hold now.
+    limits: Mapping[str, int] = field(default_factory=dict)
+    used: Mapping[str, int] = field(default_factory=dict)
+    full: str = ""  # why it makes no node now ("": it can)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}" if self.kind else self.name
+
+
+@dataclass(frozen=True)
 class Node:
     """A schedulable node as the core sees it.
 
@@ -247,6 +275,8 @@ class Snapshot:
     # Multi-pod groups' sizes as their controllers' objects state them (a PyTorchJob's replicas, a
     # PodGroup's minMember: core/placement/groups.py `sizes_of`), by the `GroupRef.key` of their pods.
     group_sizes: Mapping[str, int] = field(default_factory=dict)
+    # Node pools read from the cluster that can scale from zero (the policy's own come first).
+    scale_pools: tuple[ScalePool, ...] = ()
     # The GPU pods held (running, pending, admitted) by request shape: what the learned workload mix is
     # derived from (`shapes.Observed`); None: nothing observed. Derived from the pods and the
     # reservations, like `derived`: not part of equality (`state.with_allocation` leaves it as it is).
@@ -429,6 +459,9 @@ class Allocation:
     # The pod's group (core/groups.py, "namespace/name") and the domain it was placed in ("label=value").
     group: str = ""
     domain: str = ""
+    # What a pod admitted to wait for a node waits for: a pool (ScalePool.ref) or a ProvisioningRequest.
+    awaiting_pool: str = ""
+    awaiting_request: str = ""
 
     def slice_of(self, container: str) -> tuple[int, int]:
         """(memory MiB, cores %) per GPU of one container."""

@@ -27,6 +27,7 @@ GROUP_REQUIRED = "groupRequired"  # the group's domain requirement (core/group_p
 # Unique per admission (the server passes the AdmissionReview's uid): two pods presenting one record are
 # a copy, and accounting then trusts neither's GPU indices (cluster/held.py).
 NONCE = "nonce"
+AWAITING_POOL, AWAITING_REQUEST = "awaitingPool", "awaitingProvisioningRequest"
 _SEAL_KEY = f',"{SEAL}":"'
 # Built once: json.dumps with options makes a new encoder on every call. Stateless, so shared safely.
 _CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
@@ -61,6 +62,12 @@ def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
         record["group"] = allocation.group
     if allocation.domain:  # "label=value" of the topology domain the group lives in
         record["domain"] = allocation.domain
+    # A pod admitted to wait for a node (core/placement/capacity.py): the pool it waits for, or the
+    # ProvisioningRequest; absent for every other pod.
+    if allocation.awaiting_pool:
+        record[AWAITING_POOL] = allocation.awaiting_pool
+    if allocation.awaiting_request:
+        record[AWAITING_REQUEST] = allocation.awaiting_request
     return record
 
 
@@ -156,10 +163,13 @@ def allocation_from_json(data: Any) -> Allocation:
         group = _str(data, "group")
     if type(domain) is not str:
         domain = _str(data, "domain")
+    pool = _str(data, AWAITING_POOL) if AWAITING_POOL in data else ""
+    request = _str(data, AWAITING_REQUEST) if AWAITING_REQUEST in data else ""
     return Allocation(node=node, gpus=tuple(gpus), gpu_count=count, memory_mib=memory, cores=cores, vendor=vendor,
                       model=model, topology=topology, loss=float(loss), policy=policy, uuids=tuple(uuids),
                       version=version, containers=containers, mig=mig, cpu_milli=cpu_milli,
-                      host_memory_mib=host_memory_mib, group=group, domain=domain)
+                      host_memory_mib=host_memory_mib, group=group, domain=domain,
+                      awaiting_pool=pool, awaiting_request=request)
 
 
 _INT, _STR = {int}, {str}

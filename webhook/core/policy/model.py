@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Taint, TopologyClass, TopologyPreference
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, ScalePool, Taint, TopologyClass, TopologyPreference
 from webhook.core.domain.names import GPU_PLACEMENTS, PLACEMENT_POLICIES
 from webhook.core.podspec.vendors import COUNT_RESOURCES, is_gpu_resource
 
@@ -67,21 +67,6 @@ class MixEntry:
     gpus: int
     milli: int
     weight: float
-
-
-@dataclass(frozen=True)
-class ScalePool:
-    """A node pool that can scale from zero (cluster-autoscaler node group, Karpenter NodePool, GKE node
-    pool): the labels and taints its nodes will carry and their GPUs, so that a pod no existing node can
-    host is admitted to wait for one of its nodes instead of refused (core/placement/capacity.py)."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    gpu_model: str = ""
-    gpu_count: int = 1
-    memory_mib: int = 0  # per card; 0: unknown
-    vendor: str = "nvidia"
 
 
 _NO_RULE = NamespaceRule()  # a namespace without a rule of its own (frozen: shared safely)

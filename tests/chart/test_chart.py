@@ -49,21 +49,25 @@ MONITORING_ON = {
 }
 PROMETHEUS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 NETWORK_POLICY = {"enabled": True, "apiServerCIDRs": ["10.0.0.0/24", "10.0.1.5/32"], "extraFrom": [PROMETHEUS_PEER]}
+OWN_KEY = {"webhook": {"recordKey": {"existingSecret": "team-made-key"}}}
 SCENARIOS: dict[str, tuple[dict[str, Any], str | None]] = {
     "default": ({}, None),
-    "cert-manager": ({"certificates": {"mode": "certManager"}}, None),
+    # Renders that cannot read the cluster and have no certificate Job name a record key made once.
+    "cert-manager": ({"certificates": {"mode": "certManager"}, **OWN_KEY}, None),
     "cert-manager-own-issuer": (
         {
             "certificates": {
                 "mode": "certManager",
                 "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
-            }
+            },
+            **OWN_KEY,
         },
         None,
     ),
     "builtin": ({"certificates": {"mode": "builtin"}}, None),
     "existing-secret": (
-        {"certificates": {"mode": "existingSecret", "existingSecret": {"name": "my-tls", "caBundle": CA_BUNDLE}}},
+        {"certificates": {"mode": "existingSecret", "existingSecret": {"name": "my-tls", "caBundle": CA_BUNDLE}},
+         **OWN_KEY},
         None,
     ),
     "ha": ({"webhook": {"replicas": 2}}, None),
@@ -346,7 +350,13 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
         {
             "apiGroups": ["kubeflow.org", "jobset.x-k8s.io", "ray.io", "batch.volcano.sh", "scheduling.volcano.sh",
                           "scheduling.x-k8s.io"],
-            "resources": ["pytorchjobs", "tfjobs", "mpijobs", "jobsets", "rayclusters", "jobs", "podgroups"],
+            "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "jobsets",
+                          "rayclusters", "jobs", "podgroups"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["karpenter.sh", "cluster.x-k8s.io"],
+            "resources": ["nodepools", "machinedeployments", "machinesets", "machinepools"],
             "verbs": ["get", "list", "watch"],
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
@@ -374,6 +384,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[dict[str, Any]]]) -> N
                 "resourceNames": [f"{FULLNAME}-tls"],
                 "verbs": ["get", "update", "patch"],
             },
+            # the record key, which a render without the cluster leaves to the Job: made once, then read
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{FULLNAME}-record-key"],
+             "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         ]
     # Three replicas elect one decider, which keeps reservations in memory: the Lease, nothing else.
@@ -750,5 +763,6 @@ def test_a_record_key_made_outside_the_chart_is_mounted_and_none_is_rendered(
     assert volumes["record-key"]["secret"]["secretName"] == "team-made-key"
     default = {v["name"]: v for v in one(rendered["default"], "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert default["record-key"]["secret"]["secretName"] == f"{FULLNAME}-record-key"
-    assert one(rendered["default"], "Secret", f"{FULLNAME}-record-key")["data"]["record.key"]
+    # without existingSecret, a render without the cluster leaves that Secret to the certificate Job
+    assert find(rendered["default"], "Secret", f"{FULLNAME}-record-key") == []
 

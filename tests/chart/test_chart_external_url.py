@@ -9,7 +9,7 @@ import pytest
 
 CA = "QUJD"
 EXTERNAL = {
-    "webhook": {"url": "https://admission.example.com:9443/gpu/"},
+    "webhook": {"url": "https://admission.example.com:9443/gpu/", "recordKey": {"existingSecret": "outside-key"}},
     "certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA}},
 }
 
@@ -34,8 +34,9 @@ def test_every_webhook_calls_the_url_with_its_path_and_no_server_runs_in_the_clu
         path = "/mutate" if hook["name"].startswith("mutate") else "/validate"
         assert client["url"] == "https://admission.example.com:9443/gpu" + path
     assert not kinds(docs) & {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
-    # what the server outside still needs: its account and rights, its policy and its record key
-    assert {"ServiceAccount", "ClusterRole", "ConfigMap", "Secret"} <= kinds(docs)
+    # what the server outside still needs: its account and rights and its policy (its record key is the
+    # Secret named, made once: a render without the cluster cannot keep a key it makes)
+    assert {"ServiceAccount", "ClusterRole", "ConfigMap"} <= kinds(docs) and "Secret" not in kinds(docs)
 
 
 def test_the_in_cluster_default_is_unchanged(helm: helm_tool.Helm) -> None:
@@ -52,6 +53,10 @@ def test_the_in_cluster_default_is_unchanged(helm: helm_tool.Helm) -> None:
         (
             {"webhook": {"url": "https://127.0.0.1:9443"}, "certificates": {"mode": "certManager"}},
             "set certificates.mode=existingSecret",
+        ),
+        (
+            {"webhook": {"url": "https://127.0.0.1:9443"}, "certificates": EXTERNAL["certificates"]},
+            "set webhook.recordKey.existingSecret",
         ),
         ({"webhook": {"url": "http://127.0.0.1:9443"}, **{k: v for k, v in EXTERNAL.items() if k != "webhook"}}, "url"),
         (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.certs.authority import DEFAULT_DAYS, DEFAULT_RENEW_BEFORE_DAYS, issue_certificates, write_files
+from webhook.certs.record_key import ensure_record_key
 from webhook.certs.secret import KubernetesCertificateApi, patch_webhooks, sync_secret
 from webhook.errors import UserError
 
@@ -57,12 +58,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="set caBundle in the Mutating- and ValidatingWebhookConfiguration NAME on the webhooks that call "
         "--service in --namespace (repeatable; a configuration that does not exist yet is skipped)",
     )
+    parser.add_argument(
+        "--record-key-secret",
+        metavar="NAME",
+        help="also make sure Secret NAME of --namespace holds a record key (record.key): made when absent, "
+        "never changed once there",
+    )
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
 
 
 def run(args: argparse.Namespace, api: Any = None) -> int:
     """`api`: a `certs.secret.CertificateApi` (tests); None builds one from --kubeconfig or the pod's account."""
+    if args.record_key_secret and not (args.out or args.secret or args.patch_webhook):
+        ensure_record_key(api or _kubernetes_api(args), args.namespace, args.record_key_secret, _report)
+        return 0
     renew_before = _check_arguments(args)
     if args.secret:
         api = api or _kubernetes_api(args)
@@ -81,6 +91,9 @@ def run(args: argparse.Namespace, api: Any = None) -> int:
     else:
         paths = issue_certificates(Path(args.out), args.service, args.namespace, days=args.days, renew=args.renew)
         bundle = paths.ca_bundle()
+    if args.record_key_secret:
+        api = api or _kubernetes_api(args)
+        ensure_record_key(api, args.namespace, args.record_key_secret, _report)
     if args.patch_webhook:
         api = api or _kubernetes_api(args)
         patch_webhooks(api, args.patch_webhook, args.service, args.namespace, bundle, report=_report)

@@ -218,3 +218,21 @@ cannot read the cluster (helm template, GitOps).
 {{- end }}
 {{- toJson $cidrs }}
 {{- end }}
+
+{{/*
+Non-empty when this render can read the cluster (helm install, upgrade, --dry-run=server); empty for
+helm template and GitOps renders, where every lookup finds nothing.
+*/}}
+{{- define "gpu-admission.clusterReadable" -}}
+{{- if lookup "v1" "Namespace" "" "kube-system" }}true{{ end }}
+{{- end }}
+
+{{/* The record key's Secret that the chart (or its certificate Job) makes. */}}
+{{- define "gpu-admission.recordKeySecretName" -}}
+{{- printf "%s-record-key" (include "gpu-admission.fullname" .) }}
+{{- end }}
+
+{{/* Non-empty when the certificate Job, not the render, makes the record key (see record-key-secret.yaml). */}}
+{{- define "gpu-admission.recordKeyByJob" -}}
+{{- if and (not .Values.webhook.recordKey.existingSecret) (eq .Values.certificates.mode "builtin") (not (include "gpu-admission.clusterReadable" .)) }}true{{ end }}
+{{- end }}

@@ -250,7 +250,8 @@ class LiveSource:
         pod: Mapping[str, Any] | None = None,
     ) -> Decision:
         """`group`: the pod's group (core/groups.py), whose record is written with its reservation.
-        `pod`: the pod itself, whose envFrom reads the reservation keeps (read only when it is taken)."""
+        `pod`: the pod itself, whose envFrom reads the reservation keeps (read before the store's lock, under
+        which `decide` should only weigh the snapshot: the server screens the pod before, core `Validation`)."""
         refusal = self._refusal(self.policy())
         if refusal is not None:
             return refusal
@@ -296,10 +297,11 @@ class LiveSource:
                 weighed[-1] = (*weighed[-1][:2], outcome.members == (uid,))
             return decision
 
+        reads = env_reads(pod, True) if pod is not None and not dry_run else None  # reserved: it holds GPUs
         try:
             decision = self.ledger.commit(
                 uid, namespace, decide_with, dry_run, horizon=self.horizon, droppable=self.droppable,
-                reads=None if pod is None else lambda: env_reads(pod, True),  # reserved: it holds GPUs
+                reads=None if reads is None else lambda: reads,
             )
             if joined and not decision.allowed:  # decided again after a lost write, and refused then
                 self.groups.forget(joined[-1], uid)

@@ -57,6 +57,11 @@ class AdmissionCore:
     mutate_nonce: bool = False
     # Pod UPDATEs: (pod, old pod, snapshot, policy, namespace=) -> Decision; None: only record edits refused.
     pod_update: Callable[..., Decision] | None = None
+    # mutate and validate in steps (core/admission/admit.py `Mutation`, `Validation`): made from (pod,
+    # snapshot, policy, namespace=[, nonce=]) before any shared lock, only their `decide(snapshot)` runs
+    # under the source's plan or commit lock; None: the whole decision runs under it.
+    staged_mutate: Callable[..., Any] | None = None
+    staged_validate: Callable[..., Any] | None = None
 
 
 def real_core(record_key: bytes | tuple[bytes, ...] | None = None) -> AdmissionCore:
@@ -87,6 +92,8 @@ def real_core(record_key: bytes | tuple[bytes, ...] | None = None) -> AdmissionC
         config_map_write,
         mutate_nonce=True,
         pod_update=pod_update,
+        staged_mutate=partial(admit.Mutation, record_key=key),
+        staged_validate=partial(admit.Validation, record_key=key),
     )
 
 
@@ -273,6 +280,12 @@ class AdmissionHandler:
             plan = getattr(self.source, "plan", None)  # a live source holds each plan's GPUs until validation
             if plan is None:
                 decision = mutate(pod, self.source.snapshot(), policy, namespace=namespace or None, **extra)
+            elif self.core.staged_mutate is not None:
+                # Parsed, screened and patched outside the plan lock, which other namespaces' pods wait for:
+                # under it only the placement and the quota.
+                staged = self.core.staged_mutate(pod, self.source.snapshot(), policy, namespace=namespace or None,
+                                                 **extra)
+                decision = staged.finish(plan(staged.decide, extra.get("nonce", ""), incoming.dry_run))
             else:
                 decision = plan(lambda snapshot: mutate(pod, snapshot, policy, namespace=namespace or None, **extra),
                                 extra.get("nonce", ""), incoming.dry_run)
@@ -280,8 +293,12 @@ class AdmissionHandler:
         pod_uid = _text(metadata.get("uid")) or uid
         validate = self.core.validate
 
-        def decide(snapshot: Any) -> Decision:
+        def whole(snapshot: Any) -> Decision:
             return validate(pod, snapshot, policy, namespace=namespace or None)
+
+        decide: Callable[[Any], Decision] = whole
+        if self.core.staged_validate is not None:  # parsed and screened before the commit lock is taken
+            decide = self.core.staged_validate(pod, self.source.snapshot(), policy, namespace=namespace or None).decide
 
         # The pod goes with its reservation: what it reads through envFrom is checked at a ConfigMap write
         # before the watch shows the pod (read from it only when a reservation is taken).

@@ -28,7 +28,7 @@ from webhook.core.placement import group_place, mig
 from webhook.core.placement.capacity import AWAITING, Awaiting
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
-from webhook.core.placement.place import place
+from webhook.core.placement.place import constraints_for, place
 from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings
@@ -57,93 +57,142 @@ def mutate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namesp
     the decision annotation, sealed with `record_key` (the server's secret; `check` and the tests sign and
     verify in one process with the default) and carrying `nonce` (the server's review uid; a record the
     pod already carries keeps its own). Idempotent: an already-mutated pod gets no operations."""
-    malformed = shape_error(pod)
-    if malformed:
-        return denied(422, "invalid-pod", malformed)
-    request, final, sealed = screen(pod, snapshot, policy, namespace, record_key)
-    if final is not None:
-        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
-    recorded = sealed.allocation if sealed is not None else None
-    request = _normalise(request, policy)
-    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
-    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
-    if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
-        warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
-    unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
-    if unenforced:
-        warnings.append(warning(unenforced))
-    placement: Placement | None = None
-    group: group_place.GroupPlan | None = None
-    awaiting: Awaiting | None = None  # the pod waits for a node to be made (core/placement/capacity.py)
-    if recorded is None and request.dra_gpus:
-        allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
-    elif recorded is None and request.mig:  # MIG or advertised devices: nodes offering them; the scheduler picks
-        eligible, planned = mig.plan(request, snapshot, policy)
-        if isinstance(planned, str):
-            reason = "no-such-resource" if "/" in request.mig else "no-such-mig"  # an advertised resource
-            return denied(422, reason, planned, warnings=tuple(warnings))
-        allocation, placement = planned, Placement(eligible, ())
-    elif recorded is None:
-        planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot),
-                                         policy.when_full)
-        if isinstance(planned_group, Refusal):
-            return refused(planned_group, warnings=tuple(warnings))
-        group = planned_group
-        if group is not None:
-            warnings += [warning(w) for w in group.warnings]
-        denial, placement, notes = _plan(request, snapshot, policy, group)
-        warnings += [warning(n) for n in notes]
-        if denial:  # no node can ever host it: unless a pool scaling from zero or a ProvisioningRequest can
-            awaiting = awaiting_capacity(request, policy, snapshot) if group is None and not placement.eligible else None
-            if awaiting is None:
-                return replace(denial, warnings=tuple(warnings))
-            warnings.append(warning(awaiting.note))
-        fallback = awaiting.node if awaiting else (snapshot.nodes.get(placement.eligible[0]) if placement.eligible
-                                                   else None)
-        allocation = _allocation(request, placement.best, fallback, policy, snapshot)
-        if awaiting is not None:  # the record names what the pod waits for
-            allocation = awaiting.stamp(allocation)
-        if group is not None:  # the record names the group and its domain
-            allocation = replace(allocation, group=group.ref.key, domain=group.domain)
-        if len(request.containers) > 1:  # several containers may have slices of their own
-            allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
-        if placement.best is None and awaiting is None:
-            if policy.when_full == "deny":
-                return denied(403, "cluster-full",
-                             f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
-                             "when capacity frees up); retry later", warnings=tuple(warnings))
-            warnings.append(warning(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible "
-                                    "node(s)"))
-        if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
-            allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
-        elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
-            warnings.append(warning(f"GPUs linked over {allocation.topology.value}: expected communication loss "
-                                  f"{allocation.loss:.0%}"))
-    else:
-        allocation = recorded
-    quota = check_quota(request.namespace, allocation.usage(), snapshot)
-    if quota.refusal:
-        return refused(quota.refusal, warnings=tuple(warnings))
-    warnings += [warning(w) for w in quota.warnings]
-    required = sealed.required if sealed is not None else None
-    group_required = sealed.group_required if sealed is not None else None
-    group_preferred = None
-    if group is not None and group.requirement is not None:
-        if group.required:
-            group_required = group.requirement
-        else:
-            group_preferred = group.requirement
-    ops = _patch(request, allocation, None if awaiting else placement, snapshot, policy, key=record_key,
-                 required=required,
-                 group_required=group_required, group_preferred=group_preferred,
-                 nonce=sealed.nonce if sealed is not None else nonce)
-    message = f"node {allocation.node}" if allocation.node else (
-        f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
-    if awaiting is not None:
-        return patched(tuple(ops), allocation, f"awaiting capacity from {awaiting.source}", AWAITING,
-                       warnings=tuple(warnings))
-    return patched(tuple(ops), allocation, message, warnings=tuple(warnings))
+    mutation = Mutation(pod, snapshot, policy, namespace=namespace, record_key=record_key, nonce=nonce)
+    if mutation.final is not None:
+        return mutation.final
+    return mutation.finish(mutation.decide(snapshot))
 
+
+class Mutation:
+    """`mutate` in three steps, so that a server holds a shared lock only for the middle one: the
+    constructor parses and screens the pod (everything that reads the pod but no node's usage: the
+    picture it is given may be a moment older than the next step's); `decide(snapshot)` places the pod
+    and checks its quota (no patch yet); `finish(decision)` writes the patch and seals the record."""
+
+    def __init__(self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+                 record_key: RecordKey = b"", nonce: str = "") -> None:
+        self.pod, self.policy, self.key, self.nonce = pod, policy, record_key, nonce
+        self.final: Decision | None = None
+        self._done: tuple[Decision, Allocation, Placement | None, Snapshot, group_place.GroupPlan | None,
+                          Awaiting | None] | None = None
+        malformed = shape_error(pod)
+        if malformed:
+            self.final = denied(422, "invalid-pod", malformed)
+            return
+        request, final, self.sealed = screen(pod, snapshot, policy, namespace, record_key)
+        if final is not None:
+            self.final = isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
+            return
+        self.request = request = _normalise(request, policy)
+        warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
+        annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+        if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
+            warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
+        unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
+        if unenforced:
+            warnings.append(warning(unenforced))
+        self.warnings = tuple(warnings)
+        constraints_for(request, policy.tolerations)  # parsed now: placement finds them under the plan lock
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """The placement and the quota against `snapshot`: a denial, or an allowed decision with the
+        allocation and no operations yet (`finish` writes them)."""
+        if self.final is not None:
+            return self.final
+        request, policy, warnings = self.request, self.policy, list(self.warnings)
+        recorded = self.sealed.allocation if self.sealed is not None else None
+        placement: Placement | None = None
+        group: group_place.GroupPlan | None = None
+        awaiting: Awaiting | None = None  # the pod waits for a node to be made (core/placement/capacity.py)
+        if recorded is not None:
+            allocation = recorded
+        elif request.dra_gpus:
+            allocation = dra.allocation(request, snapshot, policy)  # the DRA plugin places it
+        elif request.mig:  # MIG or advertised devices: nodes offering them; the scheduler picks
+            eligible, planned = mig.plan(request, snapshot, policy)
+            if isinstance(planned, str):
+                reason = "no-such-resource" if "/" in request.mig else "no-such-mig"  # an advertised resource
+                return denied(422, reason, planned, warnings=tuple(warnings))
+            allocation, placement = planned, Placement(eligible, ())
+        else:
+            found = _placed(request, snapshot, policy, warnings)
+            if isinstance(found, Decision):
+                return found
+            allocation, placement, group, awaiting = found
+        quota = check_quota(request.namespace, allocation.usage(), snapshot)
+        if quota.refusal:
+            return refused(quota.refusal, warnings=tuple(warnings))
+        warnings += [warning(w) for w in quota.warnings]
+        message = f"node {allocation.node}" if allocation.node else (
+            f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
+        if awaiting is not None:
+            decision = patched((), allocation, f"awaiting capacity from {awaiting.source}", AWAITING,
+                               warnings=tuple(warnings))
+        else:
+            decision = patched((), allocation, message, warnings=tuple(warnings))
+        self._done = (decision, allocation, placement, snapshot, group, awaiting)
+        return decision
+
+    def finish(self, decision: Decision) -> Decision:
+        """`decision` (what `decide` returned) with its patch; any other decision as it is."""
+        if self._done is None or decision is not self._done[0]:
+            return decision
+        _, allocation, placement, snapshot, group, awaiting = self._done
+        sealed = self.sealed
+        required = sealed.required if sealed is not None else None
+        group_required = sealed.group_required if sealed is not None else None
+        group_preferred = None
+        if group is not None and group.requirement is not None:
+            if group.required:
+                group_required = group.requirement
+            else:
+                group_preferred = group.requirement
+        ops = _patch(self.request, allocation, None if awaiting else placement, snapshot, self.policy, key=self.key,
+                     required=required, group_required=group_required, group_preferred=group_preferred,
+                     nonce=sealed.nonce if sealed is not None else self.nonce)
+        return replace(decision, patch=tuple(ops))
+
+
+def _placed(request: PodRequest, snapshot: Snapshot, policy: Policy, warnings: list[str]
+            ) -> Decision | tuple[Allocation, Placement, group_place.GroupPlan | None, Awaiting | None]:
+    """A pod placed by this webhook (neither recorded, DRA nor MIG): its allocation, placement, group and
+    the capacity it awaits, or a denial. Adds its notes to `warnings`."""
+    planned_group = group_place.plan(request, snapshot, policy, _context(request, policy, snapshot), policy.when_full)
+    if isinstance(planned_group, Refusal):
+        return refused(planned_group, warnings=tuple(warnings))
+    group = planned_group
+    if group is not None:
+        warnings += [warning(w) for w in group.warnings]
+    denial, placement, notes = _plan(request, snapshot, policy, group)
+    warnings += [warning(n) for n in notes]
+    awaiting: Awaiting | None = None
+    if denial:  # no node can ever host it: unless a pool scaling from zero or a ProvisioningRequest can
+        awaiting = awaiting_capacity(request, policy, snapshot) if group is None and not placement.eligible else None
+        if awaiting is None:
+            return replace(denial, warnings=tuple(warnings))
+        warnings.append(warning(awaiting.note))
+    fallback = awaiting.node if awaiting else (snapshot.nodes.get(placement.eligible[0]) if placement.eligible
+                                               else None)
+    allocation = _allocation(request, placement.best, fallback, policy, snapshot)
+    if awaiting is not None:  # the record names what the pod waits for
+        allocation = awaiting.stamp(allocation)
+    if group is not None:  # the record names the group and its domain
+        allocation = replace(allocation, group=group.ref.key, domain=group.domain)
+    if len(request.containers) > 1:  # several containers may have slices of their own
+        allocation = slices.per_container(request, allocation, _card(allocation, fallback, snapshot), policy)
+    if placement.best is None and awaiting is None:
+        if policy.when_full == "deny":
+            return denied(403, "cluster-full",
+                         f"no node can host {request.gpus} GPU(s) right now ({len(placement.eligible)} could "
+                         "when capacity frees up); retry later", warnings=tuple(warnings))
+        warnings.append(warning(f"no GPU free now; pod waits for one of {len(placement.eligible)} eligible "
+                                "node(s)"))
+    if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
+        allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
+    elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
+        warnings.append(warning(f"GPUs linked over {allocation.topology.value}: expected communication loss "
+                                f"{allocation.loss:.0%}"))
+    return allocation, placement, group, awaiting
 
 def _plan(request: PodRequest, snapshot: Snapshot, policy: Policy,
           group: group_place.GroupPlan | None = None) -> tuple[Decision | None, Placement, tuple[str, ...]]:

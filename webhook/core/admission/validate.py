@@ -11,7 +11,7 @@ from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import shape_error
-from webhook.core.podspec.record import ANNOTATION, RecordKey
+from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.vendors import is_mapping, list_of
 from webhook.core.policy.model import Policy
 
@@ -26,42 +26,74 @@ def validate(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, name
     """Commit: the final pod must carry the allocation its mutation recorded and sealed, with limits and
     node requirement intact, and still fit its namespace's quotas (counting reservations). Never returns
     a patch."""
-    malformed = shape_error(pod)
-    if malformed:
-        return denied(422, "invalid-pod", malformed)
-    request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
-    if final is not None:
-        return isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
-    if sealed is None:
-        return denied(403, "not-mutated",
-                     f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not process "
-                     "it (it may be unavailable); retry the create")
+    return Validation(pod, snapshot, policy, namespace=namespace, record_key=record_key).decide(snapshot)
+
+
+class Validation:
+    """`validate` in two steps, so that a server holds a shared lock only for the second: the constructor
+    parses and screens the final pod and checks it against its sealed record (everything that reads the
+    pod but no node's or namespace's usage: the picture it is given may be a moment older than the next
+    step's); `decide(snapshot)` checks the recorded allocation against the namespace's quotas."""
+
+    def __init__(self, pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, namespace: str | None = None,
+                 record_key: RecordKey = b"") -> None:
+        self.final: Decision | None = None
+        self.recorded: Allocation | None = None
+        self.namespace = ""
+        self.warnings: tuple[str, ...] = ()
+        malformed = shape_error(pod)
+        if malformed:
+            self.final = denied(422, "invalid-pod", malformed)
+            return
+        request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
+        if final is not None:
+            self.final = isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
+        elif sealed is None:
+            self.final = denied(403, "not-mutated",
+                                f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not "
+                                "process it (it may be unavailable); retry the create")
+        else:
+            self.final = _against_record(pod, request, sealed, snapshot, policy)
+            self.recorded, self.namespace = sealed.allocation, request.namespace
+            self.warnings = tuple(warning(w) for w in request.warnings)
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """The final decision: the recorded allocation against the namespace's quotas in `snapshot`."""
+        if self.final is not None or self.recorded is None:
+            assert self.final is not None
+            return self.final
+        recorded = self.recorded
+        quota = check_quota(self.namespace, recorded.usage(), snapshot)
+        if quota.refusal:
+            return refused(quota.refusal, warnings=self.warnings)
+        warnings = (*self.warnings, *(warning(w) for w in quota.warnings))
+        return allowed("admitted", f"node {recorded.node}" if recorded.node else "admitted", warnings=warnings,
+                       allocation=recorded)
+
+
+def _against_record(pod: Mapping[str, Any], request: PodRequest, sealed: Sealed, snapshot: Snapshot,
+                    policy: Policy) -> Decision | None:
+    """Why the final pod no longer matches its sealed record (None: it does)."""
     recorded = sealed.allocation
     # A required term is sealed for a default-scheduler pod, and for another scheduler's pod where the
     # namespace's allowedModels restrict it (that scheduler honours node affinity too).
     if sealed.required is not None and trust.affinity_lacks(request.raw, sealed.required):
         return denied(403, "affinity-changed",
-                     f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
-                     f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
-                     "ANDed into every term: another webhook or the user changed it; resubmit the pod")
+                      f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
+                      f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
+                      "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
             and trust.affinity_lacks(request.raw, sealed.group_required)):
         return denied(403, "affinity-changed",
-                     f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
-                     f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
-                     f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
+                      f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
+                      f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
+                      f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
     backend = backend_of(request, policy)
     missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
                or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
         return denied(403, "limits-missing", missing)
-    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
-    quota = check_quota(request.namespace, recorded.usage(), snapshot)
-    if quota.refusal:
-        return refused(quota.refusal, warnings=tuple(warnings))
-    warnings += [warning(w) for w in quota.warnings]
-    return allowed("admitted", f"node {recorded.node}" if recorded.node else "admitted", warnings=tuple(warnings),
-                   allocation=recorded)
+    return None
 
 
 def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:

@@ -250,8 +250,7 @@ class LiveSource:
         pod: Mapping[str, Any] | None = None,
     ) -> Decision:
         """`group`: the pod's group (core/groups.py), whose record is written with its reservation.
-        `pod`: the pod itself, whose envFrom reads the reservation keeps (read before the store's lock, under
-        which `decide` should only weigh the snapshot: the server screens the pod before, core `Validation`)."""
+        `pod`: the pod itself, whose envFrom reads the reservation keeps (read before the store's lock)."""
         refusal = self._refusal(self.policy())
         if refusal is not None:
             return refusal

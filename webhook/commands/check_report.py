@@ -137,9 +137,18 @@ def allowed_detail(r: Result) -> str:
         return f"{r.message}; {slice_text(alloc)} each"
     if alloc.get("mig"):  # MIG or shared devices: the scheduler picks among the nodes offering the resource
         return f"on a node offering {device_resource(str(alloc['mig']))}, {slice_text(alloc)}"
-    where = f"node {alloc['node']}" if alloc.get("node") else "waits for a free node"
+    where = f"node {alloc['node']}" if alloc.get("node") else _waits_for(alloc)
     topology = f", {alloc['topology']}" if alloc.get("topology") else ""
     return f"{where}, {slice_text(alloc)}{topology}"
+
+
+def _waits_for(alloc: Mapping[str, Any]) -> str:
+    """Where an admitted pod with no node yet waits: the pool or ProvisioningRequest its record names."""
+    if alloc.get("awaitingPool"):
+        return f"waits for a new node of {alloc['awaitingPool']}"
+    if alloc.get("awaitingProvisioningRequest"):
+        return f"waits for the node of ProvisioningRequest {alloc['awaitingProvisioningRequest']}"
+    return "waits for a free node"
 
 
 def verdict_of(r: Result) -> tuple[str, str]:

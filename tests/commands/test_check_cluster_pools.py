@@ -58,3 +58,16 @@ def test_check_refuses_a_pod_no_pool_of_the_cluster_file_can_host_and_lists_them
     assert code != 0 and not result["allowed"] and result["code"] == 422
     assert "NodePool/h100: its limit nvidia.com/gpu: 4 is used up by its nodes (0), leaving 4" in result["message"]
     assert "MachineDeployment/capi-workload/gpu-workers: its nodes fail the pod's nodeSelector" in result["message"]
+
+
+def test_a_cluster_that_scales_from_zero_has_pools_and_no_nodes(tmp_path: Path, capsys) -> None:
+    # Every GPU node of such a cluster is made on demand: a NodePool alone is a cluster file check reads,
+    # and a pod for it waits, with no link figure for a node whose links nobody knows yet.
+    cluster = write(tmp_path, "cluster.yaml", [NAMESPACE, h100_nodepool()])
+    manifest = write(tmp_path, "pod.yaml", [training_pod(8)])
+    code, out = check(capsys, "--cluster", cluster, manifest)
+    assert code == 0 and "waits for a new node of NodePool/h100" in out, out
+    assert "communication loss" not in out
+    empty = write(tmp_path, "namespaces.yaml", [NAMESPACE])
+    code = main(["check", "--cluster", empty, manifest])
+    assert code == 2 and "no Node objects" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from webhook.core.domain.model import Claim, Snapshot
 from webhook.errors import UserError
 from webhook.manifests import EXTENSIONS, Document, expand_paths, load_documents, parse_text
 
+from .nodepools import POOL_KIND_NAMES
 from .translate import CLUSTER_KINDS, claim_of, config_map_of, inventory_of, namespace_of, node_of, quotas_of
 
 DEMO_RESOURCE = "demo/cluster.yaml"
@@ -96,9 +97,10 @@ def read_cluster(paths: Sequence[str], need_namespaces: bool = True) -> list[dic
     found = sorted({str(doc.data["kind"]) for doc in documents})
     seen = f"found only {', '.join(found)}" if found else "found no objects"
     kinds = {obj.get("kind") for obj in objects}
-    if "Node" not in kinds:
+    if "Node" not in kinds and not kinds & POOL_KIND_NAMES:  # a cluster that scales from zero has pools only
         raise UserError(
-            f"--cluster {files}: no Node objects ({seen}): without them no pod can be placed; {HOW_TO_WRITE}"
+            f"--cluster {files}: no Node objects ({seen}): without them (or NodePools and node groups that "
+            f"scale from zero) no pod can be placed; {HOW_TO_WRITE}"
         )
     if need_namespaces and "Namespace" not in kinds:
         raise UserError(

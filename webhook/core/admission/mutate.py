@@ -189,7 +189,9 @@ def _placed(request: PodRequest, snapshot: Snapshot, policy: Policy, warnings: l
                                 "node(s)"))
     if request.vendor not in TOPOLOGY_MODELLED:  # the loss figures are NVIDIA's: none for others
         allocation = replace(allocation, loss=0.0) if allocation.loss else allocation
-    elif allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED, TopologyClass.PCIE):
+    # (a node still to be made has no links known yet: no loss figure is given for it)
+    elif awaiting is None and allocation.gpu_count > 1 and allocation.topology in (TopologyClass.MIXED,
+                                                                                TopologyClass.PCIE):
         warnings.append(warning(f"GPUs linked over {allocation.topology.value}: expected communication loss "
                                 f"{allocation.loss:.0%}"))
     return allocation, placement, group, awaiting

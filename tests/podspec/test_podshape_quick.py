@@ -76,3 +76,15 @@ def test_a_well_formed_pod_passes_quickly_and_a_subclass_goes_to_the_field_check
     assert shape_error(pod) == "spec.containers[0].ports[0].containerPort: expected a whole number, got a boolean"
     pod["spec"]["containers"][0]["ports"] = [None]
     assert shape_error(pod) == "spec.containers[0].ports[0]: expected an entry, got null"
+
+
+def test_the_overhead_and_scheduling_gates_the_webhook_reads_are_type_checked_first() -> None:
+    # Read by the host-usage and group-gate code: a wrong type is the parser's 422 with the field's path,
+    # never an exception or a silently skipped value further on.
+    base = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    overhead = {**base, "spec": {**base["spec"], "overhead": {"cpu": ["250m"]}}}
+    assert shape_error(overhead) is not None and shape_error(overhead).startswith("spec.overhead[cpu]")
+    gates = {**base, "spec": {**base["spec"], "schedulingGates": [None]}}
+    assert shape_error(gates) == "spec.schedulingGates[0]: expected an entry, got null"
+    fine = {**base, "spec": {**base["spec"], "overhead": {"cpu": "250m"}, "schedulingGates": [{"name": "g"}]}}
+    assert shape_error(fine) is None and _POD_QUICK(fine)

@@ -149,6 +149,7 @@ _SPEC = _Object({
     "schedulerName": _string, "nodeName": _string, "runtimeClassName": _string,
     "resourceClaims": _List(_Object({"name": _string, "resourceClaimName": _string,
                                      "resourceClaimTemplateName": _string})),
+    "overhead": _MapOf(_quantity), "schedulingGates": _List(_Object({"name": _string})),
 })
 _POD = _Object({
     "metadata": _Object({"name": _string, "generateName": _string, "namespace": _string, "uid": _string,

@@ -17,9 +17,6 @@ import webhook
 # need no list: every one defined at module level in webhook is found and cleared.
 MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
-    "webhook.core.placement.fragmentation": (
-        "_VECTORS", "_VALUES", "_HELD", "_STATES", "_HOSTS", "_SIZES",
-    ),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
     "webhook.core.placement.group_place": ("_TABLES",),
     "webhook.core.admission.mutate": ("_REQUIRED",),
@@ -28,7 +25,7 @@ MEMOS: dict[str, tuple[str, ...]] = {
 # Kind registries that compiled values index into: dropped as the module drops them when full (a new
 # generation, so that anything compiled against the old indices re-indexes).
 REGISTRIES: dict[str, tuple[str, ...]] = {
-    "webhook.core.placement.fragmentation": ("_REGISTRY",),
+    "webhook.core.placement.kinds": ("REGISTRY",),
 }
 
 # Empty at import but no memo: shared empty mappings never written.

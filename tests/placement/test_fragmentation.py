@@ -208,13 +208,12 @@ def test_memoised_results_are_stable() -> None:
 def _fresh(n: Node, state: NodeUsage, mix: tuple[WorkloadShape, ...]) -> float:
     import webhook.core.placement.fragmentation as fragmentation
 
-    for memo in (fragmentation._VALUES, fragmentation._VECTORS, fragmentation._STATES, fragmentation._HELD):
-        memo.clear()
+    fragmentation.forget()
     return node_fragmentation(n, state, mix)
 
 
 def test_each_kinds_value_is_kept_apart_from_the_weights(monkeypatch: pytest.MonkeyPatch) -> None:
-    import webhook.core.placement.fragmentation as fragmentation
+    import webhook.core.placement.kinds as kinds
 
     n = node(4, cpu=16000)
     state = usage(shared(16000, 300), GpuUsage(), WHOLE, shared(16000, 700))
@@ -224,7 +223,7 @@ def test_each_kinds_value_is_kept_apart_from_the_weights(monkeypatch: pytest.Mon
     warm = node_fragmentation(n, state, second)  # reuses the first mix's kinds, computes the new one
     assert warm == pytest.approx(_fresh(n, state, second), abs=1e-12)
     # The kinds registry dropped while mixes compiled before still exist: they re-index.
-    monkeypatch.setattr(fragmentation, "_KINDS_LIMIT", 2)
+    monkeypatch.setattr(kinds, "KINDS_LIMIT", 2)
     third = (WorkloadShape(1, 500, 1.0), WorkloadShape(1, 250, 1.0), WorkloadShape(4, 1000, 1.0))
     node_fragmentation(n, state, third)
     assert node_fragmentation(n, state, second) == pytest.approx(warm, abs=1e-12)

@@ -10,6 +10,7 @@ import random
 import pytest
 
 import webhook.core.placement.fragmentation as fragmentation
+import webhook.core.placement.kinds as kinds
 from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
@@ -154,17 +155,14 @@ def test_cached_values_do_not_depend_on_what_was_computed_before() -> None:
             warm[(i, id(mix))] = node_fragmentation(node, use, mix)
     for mix in reversed(mixes):
         for i, (node, use) in enumerate(nodes):
-            for memo in (fragmentation._VALUES, fragmentation._VECTORS, fragmentation._STATES,
-                         fragmentation._HELD):
-                memo.clear()
-            fragmentation._waste.cache_clear()
+            fragmentation.forget()
             assert node_fragmentation(node, use, mix) == warm[(i, id(mix))]
 
 
 def test_a_full_registry_is_dropped_without_stale_values(monkeypatch: pytest.MonkeyPatch) -> None:
     # The scorer holds states across a drop of the kinds registry: their values re-index, not misread.
     rng = random.Random(3)
-    monkeypatch.setattr(fragmentation, "_KINDS_LIMIT", 8)
+    monkeypatch.setattr(kinds, "KINDS_LIMIT", 8)
     nodes = [random_node(rng) for _ in range(20)]
     held = [(node, use, measured(node.gpu_model.lower(), node_state(node, use))) for node, use in nodes]
     for _ in range(30):
@@ -364,10 +362,11 @@ def test_a_share_changing_its_chance_refills_only_the_states_that_read_the_table
     monkeypatch.setattr(fragmentation, "_fill", lambda model, state, *rest: filled.append(state[0]) or fill(
         model, state, *rest))
     small, large = ((470, 300, 190), 64000, 262144), ((1000, 900, 190), 64000, 262144)
+    held = {state: measured("t4", state) for state in (small, large)}  # as the scorer holds them
     for state in (small, large):
-        expected(measured("t4", state), common)
+        expected(held[state], common)
     filled.clear()
-    values = {state: expected(measured("t4", state), rare) for state in (small, large)}
+    values = {state: expected(held[state], rare) for state in (small, large)}
     assert filled == [large[0]]
     fragmentation.forget()
     fresh = {state: expected(measured("t4", state), rare) for state in (small, large)}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import caches
 
-from webhook.core.placement import fragmentation
+from webhook.core.placement import kinds
 from webhook.core.podspec import record
 
 
@@ -35,10 +35,10 @@ def test_every_memo_the_webhook_has_is_listed() -> None:
 def test_reset_empties_memos_and_functools_caches() -> None:
     assert any(c.__module__ == "webhook.core.podspec.record" for c in caches.functools_caches())
     record._PARSED[(0, "x")] = None  # type: ignore[assignment]
-    fragmentation._REGISTRY.index((1, 2, 3, 4, 5, ("x",)))  # type: ignore[arg-type]
-    generation = fragmentation._REGISTRY.generation
+    kinds.REGISTRY.index((1, 2, 3, 4, 5, ("x",)))  # type: ignore[arg-type]
+    generation = kinds.REGISTRY.generation
     caches.reset()
     assert record._PARSED == {}
-    assert fragmentation._REGISTRY.indices == {}
-    assert fragmentation._REGISTRY.generation == generation + 1
+    assert kinds.REGISTRY.indices == {}
+    assert kinds.REGISTRY.generation == generation + 1
     assert all(c.cache_info().currsize == 0 for c in caches.functools_caches())

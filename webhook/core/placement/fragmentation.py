@@ -23,27 +23,31 @@ This module's measure refines it in four ways:
   small tasks;
 - equal growth is broken towards the fuller node (best fit), keeping empty nodes for tasks needing them.
 
-Cost: everything is memoised per (GPU model, free-capacity vector, CPU and memory left), each kind of
-task's value apart from the mix's weights: in a cluster the same states recur constantly, so a decision
-costs a few dictionary lookups per class of nodes, and a new mix a weighted sum per state (in C, over
-the mix's indices and weights); a mix is compiled once per placement context (`context.CompiledMix`), and
-by value for the functions below. The per-card answers are kept with the waste table they used, shared by
-states that differ only in CPU and memory. Every memo is bounded and keyed by values or held objects, so
-it never changes an answer.
+Cost: a state's values are kept by whoever holds its `Measured` (the scorer, per class of nodes and per
+option: `nodeindex.StateMemo`), each kind of task's value apart from the mix's weights (`kinds.py`): a
+decision costs a few look-ups per class of nodes, and a new mix a weighted sum per state (in C, over the
+mix's indices and weights); a mix is compiled once per placement context (`context.CompiledMix`), and by
+value for the functions below. The per-card answers are kept with the waste table they used
+(`waste.Waste`, held by the compiled mix), shared by states that differ only in CPU and memory. Every memo
+is bounded and keyed by values or held objects, so it never changes an answer.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
 from functools import lru_cache
-from operator import itemgetter, mul
+from operator import mul
 
 from webhook.core.domain.model import Node, NodeUsage
 
-from .context import HashedTuple, WorkloadShape
+from .context import WorkloadShape
+from .kinds import REGISTRY, Group, KindMix, compile_mix, compiled, default_mix
+from .waste import COMMON, MILLI, RARE_FILL, Waste, changed_from, reach, waste_of, waste_table
 
-MILLI = 1000  # one whole GPU
+__all__ = ["COMMON", "FILLED", "MILLI", "RARE_FILL", "TIE_BREAK", "Measured", "compiled_mix", "default_mix",
+           "expected", "forget", "fragmentation_delta", "free_milli", "measured", "node_fragmentation",
+           "node_state", "node_states", "states_delta", "waste_table"]
+
 # Weight of the best-fit tie-break, in GPU units of fragmentation per GPU of free capacity left. Small
 # enough never to outweigh a real difference in expected fragmentation (mix weights are normalised).
 TIE_BREAK = 1e-4
@@ -54,274 +58,15 @@ FILLED = 0.2
 
 # A node's state: free thousandths of each usable GPU (sorted, largest first), free CPU, free memory.
 _State = tuple[tuple[int, ...], int, int]
-# One kind of task, compiled: (gpus, milli, normalised weight, cpu_milli, memory_mib, lower-cased models).
-_Kind = tuple[int, int, float, int, int, tuple[str, ...]]
-
-
-class _Mix:
-    """A compiled mix. Hashed by identity, so that memo lookups do not rehash every kind.
-
-    `entries`: (index of the kind in every state's vector of per-kind values, weight, kind), re-indexed
-    when the kind registry was dropped (`generation`); `groups`: the same kinds by (GPUs, share, models),
-    for filling a state's vector a group at a time; `mask`: the kinds' indices as bits."""
-
-    __slots__ = ("kinds", "entries", "generation", "indices", "pick", "weights", "groups", "mask", "sizes", "wanting",
-                 "distances")
-
-    def __init__(self, kinds: tuple[_Kind, ...]) -> None:
-        self.kinds = kinds
-        # The shares single-GPU kinds take of a card, each with its chance of filling a remainder it fits
-        # (their waste table: `_waste`).
-        self.sizes = _canonical(_fill_chances(kinds))
-        self.entries: tuple[tuple[int, float, _Kind], ...] = ()
-        self.generation = -1
-        self.indices: tuple[int, ...] = ()  # the entries' indices and weights apart, for the weighted sum
-        self.pick: Callable[[array[float]], tuple[float, ...]] = _none  # a state's values at `indices`, in C
-        self.weights: tuple[float, ...] = tuple(k[2] for k in kinds)
-        self.groups: tuple[_Group, ...] = ()
-        self.mask = 0
-        # Missing kinds (bits) -> the groups holding them: after a mix gains a kind, every state it weighs
-        # misses the same few, so a state fills those groups only (`wanted`).
-        self.wanting: dict[int, tuple[_Group, ...]] = {}
-        self.distances: dict[_Mix, float] = {}  # other mix -> `distance`
-
-    def indexed(self) -> tuple[tuple[int, float, _Kind], ...]:
-        if self.generation != _REGISTRY.generation:
-            generation = _REGISTRY.generation
-            entries = tuple((_REGISTRY.index(k), k[2], k) for k in self.kinds)
-            if _REGISTRY.generation != generation:  # dropped meanwhile: index them all again, no drop now
-                entries = tuple((_REGISTRY.index(k, drop=False), k[2], k) for k in self.kinds)
-            self.entries = entries
-            self.indices = tuple(e[0] for e in entries)
-            self.pick = _picker(self.indices)
-            self.groups = _groups(entries)
-            self.mask = sum(1 << i for i in set(self.indices))
-            self.wanting = {}
-            self.generation = _REGISTRY.generation  # last: a reader that sees it sees the rest
-        return self.entries
-
-    def distance(self, other: _Mix) -> float:
-        """How far the kinds' weights moved from `other` to this mix: the sum of each kind's change (a
-        kind in one mix only counts its whole weight); inf when the two have other shares or chances of
-        filling (the kinds' values differ too: `waste_table`) or `other` was indexed against a dropped
-        registry. Between mixes
-        of the same shares, a state's expected value moves by at most this times its free capacity (a
-        kind's value lies between 0 and the free capacity)."""
-        if self.generation != _REGISTRY.generation:
-            self.indexed()
-        if other.generation != self.generation or other.sizes is not self.sizes:
-            return float("inf")
-        found = self.distances.get(other)
-        if found is None:
-            weights: dict[int, float] = {}
-            for index, weight, _ in self.entries:
-                weights[index] = weights.get(index, 0.0) + weight
-            for index, weight, _ in other.entries:
-                weights[index] = weights.get(index, 0.0) - weight
-            if len(self.distances) >= 64:
-                self.distances.clear()
-            found = self.distances[other] = sum(abs(w) for w in weights.values())
-        return found
-
-    def wanted(self, missing: int) -> tuple[_Group, ...]:
-        """The groups with a kind among `missing` (bits of indices)."""
-        found = self.wanting.get(missing)
-        if found is None:
-            if len(self.wanting) >= 64:
-                self.wanting.clear()
-            found = self.wanting[missing] = tuple(g for g in self.groups if g[6] & missing)
-        return found
-
-
-def _none(values: array[float]) -> tuple[float, ...]:
-    return ()
-
-
-def _picker(indices: tuple[int, ...]) -> Callable[[array[float]], tuple[float, ...]]:
-    """The values at `indices`, as a tuple (itemgetter gives a bare value for one index)."""
-    if len(indices) == 1:
-        only = indices[0]
-        return lambda values: (values[only],)
-    return itemgetter(*indices) if indices else _none
-
-
-# A share that makes at least 1/COMMON of the card-sharing kinds' weight fills a remainder it fits; a
-# rarer one does with a chance of RARE_FILL (`waste_table`). Two levels only, on purpose: the table and
-# every state's values change when a share crosses the line, not with each new mix.
-COMMON = 32
-RARE_FILL = 0.25
-
-
-def _fill_chances(kinds: tuple[_Kind, ...]) -> tuple[tuple[int, float], ...]:
-    """Each single-GPU share under a whole card, with its chance of filling a remainder (by share)."""
-    weights: dict[int, float] = {}
-    for gpus, milli, weight, *_ in kinds:
-        if gpus == 1 and milli < MILLI:
-            weights[milli] = weights.get(milli, 0.0) + weight
-    total = sum(weights.values()) or 1.0
-    return tuple(sorted((milli, 1.0 if COMMON * weight / total >= 1.0 else RARE_FILL)
-                        for milli, weight in weights.items()))
-
-
-@lru_cache(maxsize=64)
-def waste_table(sizes: tuple[tuple[int, float], ...]) -> array[float]:
-    """For each free part of a card (0..MILLI thousandths), how much of it stays unused when tasks of the
-    mix's card-sharing shares come to fill it: each share that fits comes with its chance (`sizes`,
-    scaled down to sum to 1 where they pass it), and what none takes is lost. A card's remainder that a
-    common share fills exactly wastes nothing; a 190 left beside an 810 task, where only rarer small
-    shares fit, wastes most of itself. The chances have two levels, so the table (and every state's
-    values) changes only when a share enters, leaves or crosses COMMON, not with each new mix."""
-    table = array("d", [0.0]) * (MILLI + 1)
-    fitting: list[tuple[int, float]] = []  # the shares that fit, with their chances as scaled
-    taken = 0.0
-    for free in range(MILLI + 1):
-        if len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
-            while len(fitting) < len(sizes) and sizes[len(fitting)][0] <= free:
-                fitting.append(sizes[len(fitting)])
-            chances = [chance for _, chance in sizes[: len(fitting)]]
-            taken = sum(chances)
-            if taken > 1.0:
-                chances = [chance / taken for chance in chances]
-                taken = 1.0
-            fitting = [(size, chance) for (size, _), chance in zip(fitting, chances, strict=True)]
-        if not fitting:
-            table[free] = float(free)
-            continue
-        table[free] = sum(c * table[free - size] for size, c in fitting) + (1.0 - taken) * free
-    return table
-
-
-@lru_cache(maxsize=256)
-def _changed_from(old: tuple[tuple[int, float], ...], new: tuple[tuple[int, float], ...]) -> int:
-    """The least free part of a card whose waste differs between the two sets of shares (MILLI + 1: none).
-    A share entering, leaving or changing its chance changes the table from its size on only."""
-    before, after = waste_table(old), waste_table(new)
-    return next((free for free in range(MILLI + 1) if before[free] != after[free]), MILLI + 1)
-
-
-def _reach(free: tuple[int, ...]) -> int:
-    """The highest entry of the waste table any kind's value reads for these free cards: a partial card's
-    free part (or less), a whole card's remainder once filled with one share (under half a card)."""
-    return max((f if f < MILLI else MILLI // 2 - 1 for f in free), default=-1)
-
-
-class _Waste:
-    """A waste table (`waste_table`) and the per-card-state answers computed with it: free-capacity
-    vector -> (slots or 1, slots, stranded, left, the value when neither CPU nor memory holds a task
-    back) per (GPUs, share), from `_cards`. Mixes of the same
-    single-GPU shares share one, so the answers are shared too."""
-
-    __slots__ = ("table", "cards")
-
-    def __init__(self, table: array[float]) -> None:
-        self.table = table
-        self.cards: dict[tuple[int, ...], dict[tuple[int, int], tuple[int, int, float, float, float]]] = {}
-
-
-@lru_cache(maxsize=64)
-def _waste(sizes: tuple[tuple[int, float], ...]) -> _Waste:
-    return _Waste(waste_table(sizes))
-
-
-# Equal sets of shares and chances are one object, hashed once (`_canonical`): a state tells by identity
-# whether its values were computed against a mix's shares, and the memos keyed on them (`_waste`,
-# `_changed_from`) never walk the tuple. Bounded; a set met again after a clear is merely new.
-_SIZES: dict[tuple[tuple[int, float], ...], HashedTuple[tuple[int, float]]] = {}
-
-
-def _canonical(sizes: tuple[tuple[int, float], ...]) -> HashedTuple[tuple[int, float]]:
-    found = _SIZES.get(sizes)
-    if found is None:
-        if len(_SIZES) >= 256:
-            _SIZES.clear()
-        found = _SIZES[sizes] = HashedTuple(sizes)
-    return found
-
-
-# Kinds of a mix that share GPUs, share and models: ((GPUs, share), models, the largest CPU and memory
-# any of them needs, the members' indices, the members as (index, CPU, memory), the indices as bits).
-_Group = tuple[tuple[int, int], tuple[str, ...], int, int, tuple[int, ...], tuple[tuple[int, int, int], ...], int]
-
-
-def _groups(entries: tuple[tuple[int, float, _Kind], ...]) -> tuple[_Group, ...]:
-    found: dict[tuple[int, int, tuple[str, ...]], list[tuple[int, int, int]]] = {}
-    for index, _, (gpus, milli, _, cpu, memory, models) in entries:
-        found.setdefault((gpus, milli, models), []).append((index, cpu, memory))
-    return tuple(((gpus, milli), models, max(m[1] for m in members), max(m[2] for m in members),
-                  tuple(m[0] for m in members), tuple(members), sum(1 << i for i in {m[0] for m in members}))
-                 for (gpus, milli, models), members in found.items())
-
-
-class _Registry:
-    """Kinds of task -> their index in each state's vector of per-kind values.
-
-    A state's value for one kind does not depend on the mix's weights, so a new mix (a learned mix moves
-    with the pods) costs a dot product per state, not a new evaluation. Append-only; when full, the
-    vectors and the registry are dropped together and compiled mixes re-index (`generation`)."""
-
-    __slots__ = ("indices", "shares", "generation")
-
-    def __init__(self) -> None:
-        self.indices: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
-        self.shares = 0  # the indices of the single-GPU kinds (their values read the waste table), as bits
-        self.generation = 0
-
-    def index(self, kind: _Kind, drop: bool = True) -> int:
-        key = (kind[0], kind[1], kind[3], kind[4], kind[5])
-        found = self.indices.get(key)
-        if found is None:
-            if drop and len(self.indices) >= _KINDS_LIMIT:
-                self.drop()
-            found = self.indices[key] = len(self.indices)
-            if kind[0] == 1:
-                self.shares |= 1 << found
-        return found
-
-    def drop(self) -> None:
-        """Forget every kind, and the vectors indexed by them; compiled mixes re-index."""
-        self.indices.clear()
-        self.shares = 0
-        _VECTORS.clear()
-        self.generation += 1
-
-
-_KINDS_LIMIT = 1 << 12
-_REGISTRY = _Registry()
-# Per (GPU model, state): each kind's fragmentation (thousandths), NaN where not computed yet.
-_VECTORS: dict[tuple[str, _State], Measured] = {}
-_VECTORS_LIMIT = 1 << 17
 _NAN = float("nan")
 
 
-# Fragmentation by (node identity, usage, compiled mix identity, paper?); the nodes and mixes are held in
-# `_HELD` so that their ids stay unique while an entry refers to them. Both are dropped together when full.
-_VALUES: dict[tuple[int, NodeUsage, int, bool], tuple[float, int]] = {}
-_HELD: dict[int, object] = {}
-_VALUES_LIMIT = 1 << 18
-# A node's state per (node identity, usage), whatever the mix: held in `_HELD` and dropped with `_VALUES`.
-_STATES: dict[tuple[int, NodeUsage], _State] = {}
-
-
 def forget() -> None:
-    """Drop the memoised states and values (not the kinds registry): for a caller that is done with a
-    cluster, so that the next one starts with small tables (a replay per seed)."""
-    for memo in (_VALUES, _HELD, _STATES, _VECTORS):
-        memo.clear()
-    _waste.cache_clear()
+    """Drop the compiled mixes and the answers kept with their waste tables: for a caller that is done
+    with a cluster, so that the next one starts with small tables (a replay per seed)."""
+    compile_mix.cache_clear()
+    waste_of.cache_clear()
     _paper_fragmentation.cache_clear()
-
-
-def default_mix() -> tuple[WorkloadShape, ...]:
-    """A neutral mix for when nothing has been seen: shared slices, whole cards and multi-GPU tasks."""
-
-    return (
-        WorkloadShape(gpus=1, milli=250, weight=2.0),
-        WorkloadShape(gpus=1, milli=500, weight=2.0),
-        WorkloadShape(gpus=1, milli=MILLI, weight=4.0),
-        WorkloadShape(gpus=2, milli=MILLI, weight=0.5),
-        WorkloadShape(gpus=4, milli=MILLI, weight=0.25),
-        WorkloadShape(gpus=8, milli=MILLI, weight=0.125),
-    )
 
 
 def free_milli(node: Node, usage: NodeUsage) -> tuple[int, ...]:
@@ -356,7 +101,7 @@ def node_fragmentation(node: Node, usage: NodeUsage, mix: tuple[WorkloadShape, .
 
     `paper`: the ATC'23 paper's measure instead of this module's refinement.
     """
-    return _value(node, usage, _compiled(mix), paper)[0]
+    return _value(node, usage, compiled(mix), paper)[0]
 
 
 def fragmentation_delta(
@@ -366,9 +111,9 @@ def fragmentation_delta(
 
     Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.
     """
-    compiled = _compiled(mix)
-    was, _ = _value(node, before, compiled, paper)
-    now, free = _value(node, after, compiled, paper)
+    kinds = compiled(mix)
+    was, _ = _value(node, before, kinds, paper)
+    now, free = _value(node, after, kinds, paper)
     return now - was + TIE_BREAK * free / MILLI
 
 
@@ -388,76 +133,72 @@ def node_states(node: Node, before: NodeUsage | _State, after: NodeUsage) -> tup
 def states_delta(states: tuple[str, _State, _State], mix: tuple[WorkloadShape, ...]) -> float:
     """`fragmentation_delta` of the states `node_states` gave (the same value)."""
     model, before, after = states
-    compiled = _compiled(mix)
-    return (_fragmentation(model, after, compiled) - _fragmentation(model, before, compiled)
+    kinds = compiled(mix)
+    return (_fragmentation(model, after, kinds) - _fragmentation(model, before, kinds)
             + TIE_BREAK * sum(after[0]) / MILLI)
 
 
 class Measured:
     """One (GPU model, state): each kind's value (as long as the registry, NaN where not computed yet;
     `generation`: the registry's they are indexed by), and the expectation under the last mix asked for.
-    The scorer holds these per option, so that re-weighing an option under a new mix looks nothing up."""
+    The scorer holds these per class of nodes and per option (`nodeindex.StateMemo`), so that re-weighing
+    an option under a new mix looks nothing up."""
 
-    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "sizes")
+    __slots__ = ("model", "state", "free", "values", "generation", "known", "mix", "expected", "waste")
 
     def __init__(self, model: str, state: _State) -> None:
         self.model = model
         self.state = state
         self.free = sum(state[0])  # free thousandths
-        self.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
-        self.generation = _REGISTRY.generation
+        self.values = array("d", [_NAN]) * max(len(REGISTRY.indices), 1)
+        self.generation = REGISTRY.generation
         self.known = 0  # the indices of the kinds computed, as bits
-        self.mix: _Mix | None = None
+        self.mix: KindMix | None = None
         self.expected = 0.0
-        self.sizes: tuple[tuple[int, float], ...] = ()  # the shares (and chances) the values were computed against
+        self.waste: Waste | None = None  # the waste table (of the mix's shares) the values were computed against
 
 
 def measured(model: str, state: _State) -> Measured:
-    """The state's `Measured`, shared by every option that reaches the state."""
-    key = (model, state)
-    found = _VECTORS.get(key)
-    if found is None:
-        if len(_VECTORS) >= _VECTORS_LIMIT:
-            _VECTORS.clear()
-        found = _VECTORS[key] = Measured(model, state)
-    return found
+    """A new `Measured` of the state, its values computed as mixes ask for them: its holder keeps it."""
+    return Measured(model, state)
 
 
-def compiled_mix(mix: tuple[WorkloadShape, ...]) -> _Mix:
+def compiled_mix(mix: tuple[WorkloadShape, ...]) -> KindMix:
     """The mix as `expected` takes it (memoised by value; a placement context keeps its own)."""
-    return _compiled(mix)
+    return compiled(mix)
 
 
-def expected(found: Measured, mix: _Mix) -> float:
+def expected(found: Measured, mix: KindMix) -> float:
     """The state's fragmentation under the mix (GPU units): `node_fragmentation`'s value."""
     if found.mix is mix:
         return found.expected
     if not found.state[0]:
         value = 0.0
     else:
-        if mix.generation != _REGISTRY.generation:
+        if mix.generation != REGISTRY.generation:
             mix.indexed()
         values = found.values
-        if found.generation != _REGISTRY.generation:
+        if found.generation != REGISTRY.generation:
             # The registry was dropped (indices mean other kinds): compute again.
-            values = found.values = array("d", [_NAN]) * max(len(_REGISTRY.indices), 1)
-            found.generation = _REGISTRY.generation
+            values = found.values = array("d", [_NAN]) * max(len(REGISTRY.indices), 1)
+            found.generation = REGISTRY.generation
             found.known = 0
-            found.sizes = mix.sizes
-        elif found.sizes is not mix.sizes:
+            found.waste = mix.waste
+        elif found.waste is not mix.waste:
             # The mix's shares changed, and so did what a card's remainder wastes, from some part of a card
             # on: the single-GPU kinds are computed again where they read the table that far (multi-GPU
             # kinds never read it).
-            if found.known and _changed_from(found.sizes, mix.sizes) <= _reach(found.state[0]):
-                found.known &= ~_REGISTRY.shares
-            found.sizes = mix.sizes
-        if len(values) < len(_REGISTRY.indices):
-            grown = array("d", [_NAN]) * len(_REGISTRY.indices)
+            if (found.known and found.waste is not None
+                    and changed_from(found.waste.sizes, mix.waste.sizes) <= reach(found.state[0])):
+                found.known &= ~REGISTRY.shares
+            found.waste = mix.waste
+        if len(values) < len(REGISTRY.indices):
+            grown = array("d", [_NAN]) * len(REGISTRY.indices)
             grown[: len(values)] = values
             values = found.values = grown
         missing = mix.mask & ~found.known
         if missing:
-            _fill(found.model, found.state, values, mix.wanted(missing), _waste(mix.sizes))
+            _fill(found.model, found.state, values, mix.wanted(missing), mix.waste)
             found.known |= mix.mask
         # The weighted sum (Cost: in the docstring): a new mix re-weighs every state.
         value = sum(map(mul, mix.weights, mix.pick(values))) / MILLI
@@ -465,75 +206,32 @@ def expected(found: Measured, mix: _Mix) -> float:
     return value
 
 
-def _value(node: Node, usage: NodeUsage, mix: _Mix, paper: bool) -> tuple[float, int]:
+def _value(node: Node, usage: NodeUsage, mix: KindMix, paper: bool) -> tuple[float, int]:
     """(fragmentation, free thousandths) of the node in this state."""
-    key = (id(node), usage, id(mix), paper)
-    found = _VALUES.get(key)
-    if found is not None and _HELD.get(key[0]) is node:
-        return found
+    state = _state(node, usage)
     measure = _paper_fragmentation if paper else _fragmentation
-    state = _STATES.get(key[:2]) if _HELD.get(key[0]) is node else None
-    if state is None:
-        state = _state(node, usage)
-    value = (measure(node.gpu_model.lower(), state, mix), sum(state[0]))
-    if len(_VALUES) >= _VALUES_LIMIT:
-        _VALUES.clear()
-        _HELD.clear()
-        _STATES.clear()
-    _HELD[id(node)] = node
-    _STATES[key[:2]] = state
-    _HELD[id(mix)] = mix
-    _VALUES[key] = value
-    return value
+    return measure(node.gpu_model.lower(), state, mix), sum(state[0])
 
 
-def _compiled(mix: tuple[WorkloadShape, ...]) -> _Mix:
-    return _compile(mix if mix else default_mix())
-
-
-@lru_cache(maxsize=64)
-def _compile(mix: tuple[WorkloadShape, ...]) -> _Mix:
-    """The kinds of task that use GPUs, with weights normalised to sum to 1."""
-    kept = [s for s in mix if s.gpus > 0 and s.milli > 0 and s.weight > 0]
-    total = sum(s.weight for s in kept)
-    return _Mix(
-        tuple(
-            (
-                s.gpus,
-                min(s.milli, MILLI),
-                s.weight / total,
-                s.cpu_milli,
-                s.memory_mib,
-                tuple(m.lower() for m in s.models),
-            )
-            for s in kept
-        )
-    )
-
-
-def _fragmentation(model: str, state: _State, mix: _Mix) -> float:
+def _fragmentation(model: str, state: _State, mix: KindMix) -> float:
     """Free thousandths a task from the mix cannot use: per kind of task that shares cards, two horizons
     weighed by FILLED; per whole-card kind, the next-task one.
 
     Next task (the paper's view): what one more such task could not use now. Filled node: what is left
     once as many such tasks as the cards, CPU and memory allow have been placed. Each kind's value is
-    kept per state (`_VECTORS`), so that a mix with other weights costs only the weighted sum.
+    computed apart from the mix's weights (`Measured`), so that a holder of the state re-weighs it under
+    a mix with other weights by the weighted sum alone.
     """
     if not state[0]:
         return 0.0
-    found = _VECTORS.get((model, state))
-    if found is not None and found.mix is mix:
-        return found.expected
     return expected(measured(model, state), mix)
 
 
-# Answers kept per waste table (`_Waste.cards`), at most this many card states each.
+# Answers kept per waste table (`waste.Waste.cards`), at most this many card states each.
 _CARDS_LIMIT = 1 << 15
-# Whether a node model matches a kind's models (substrings), per (model, models).
-_HOSTS: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
-def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group, ...], waste: _Waste) -> None:
+def _fill(model: str, state: _State, values: array[float], groups: tuple[Group, ...], waste: Waste) -> None:
     """The values of the kinds of `groups` for the state (the measure the module docstring defines), a
     group at a time: a group whose largest CPU and memory needs the node can meet as often as the cards
     allow has one value for all its kinds."""
@@ -545,14 +243,10 @@ def _fill(model: str, state: _State, values: array[float], groups: tuple[_Group,
             waste.cards.clear()
         cards = waste.cards[free] = {}
     for shape, models, most_cpu, most_memory, indices, members, _ in groups:
-        if models:
-            hosts = _HOSTS.get((model, models))
-            if hosts is None:
-                hosts = _HOSTS[(model, models)] = any(m in model for m in models)
-            if not hosts:
-                for index in indices:
-                    values[index] = float(total)
-                continue
+        if models and not any(m in model for m in models):  # the node's model is none the kind runs on
+            for index in indices:
+                values[index] = float(total)
+            continue
         found = cards.get(shape)
         if found is None:
             slots, stranded, left = _cards(free, total, shape, waste.table)
@@ -619,7 +313,7 @@ def _cards(free: tuple[int, ...], total: int, shape: tuple[int, int], waste: arr
 
 
 @lru_cache(maxsize=1 << 16)
-def _paper_fragmentation(model: str, state: _State, mix: _Mix) -> float:
+def _paper_fragmentation(model: str, state: _State, mix: KindMix) -> float:
     """The paper's measure: all free capacity for a kind the node cannot host now, else the too-full cards'."""
     free, cpu, memory = state
     total = sum(free)

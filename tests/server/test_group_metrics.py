@@ -84,7 +84,7 @@ def test_a_group_on_a_cluster_without_domains_is_not_counted_split() -> None:
 
 
 def test_each_group_is_counted_once_per_outcome_and_memory_stays_bounded() -> None:
-    from webhook.core.placement.group_room import GroupOutcomes
+    from webhook.tally import GroupOutcomes
 
     outcomes = GroupOutcomes(memory=2)
     outcomes.placed("ns/a", "clique=c1", room=8, needs=8, first=True)

@@ -19,11 +19,12 @@ from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import Allocation, NodeUsage, Snapshot, Usage
 from webhook.core.domain.shapes import EMPTY
-from webhook.core.placement.group_room import GroupOutcomes, has_domains
+from webhook.core.placement.group_room import has_domains
 from webhook.core.placement.groups import GroupRef, sized
 from webhook.core.placement.state import add_to_node, index_of, with_usage
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder
+from webhook.tally import GroupOutcomes
 
 from .cache import ClusterCache
 from .group_ledger import REFUSAL_REASON, GroupLedger, domain_free, refusal_message, unseen_members

@@ -16,10 +16,11 @@ from webhook.core.admission.isolation import Reads, env_reads, with_env_reads
 from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import Allocation, Snapshot
-from webhook.core.placement.group_room import GroupOutcomes, domain_free, has_domains
+from webhook.core.placement.group_room import domain_free, has_domains
 from webhook.core.placement.groups import GroupRecord, GroupRef
 from webhook.core.placement.groups import commit as commit_member
 from webhook.core.policy.model import GROUP_LEVELS
+from webhook.tally import GroupOutcomes
 
 Decide = Callable[[Snapshot], Decision]
 AddAllocation = Callable[[Snapshot, str, Allocation], Snapshot]

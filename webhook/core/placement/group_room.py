@@ -6,7 +6,6 @@ Pure helpers for whoever records group members (the ledger in cluster/, the stat
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 
 from webhook.core.domain.model import Snapshot
@@ -62,39 +61,3 @@ def has_domains(snapshot: Snapshot, levels: tuple[str, ...]) -> bool:
     """Whether any node carries one of the topology levels (else a group has nothing to be split over)."""
     by_label = index_of(snapshot).statics.label_index().by_label
     return any(by_label.get(level) for level in levels)
-
-
-class GroupOutcomes:
-    """How groups were placed, each group counted once per outcome (for /metrics): `whole` (its first
-    pod took a domain with room for all of it), `split` (preferred mode: admitted with no domain, its
-    pods spread), `waiting` (no room: its domain is busy and its pods wait there, or a pod was refused
-    because another group's pods still to come hold the domain). Only the last `memory` group keys are
-    remembered, so a long-lived webhook stays small."""
-
-    OUTCOMES = ("whole", "split", "waiting")
-
-    def __init__(self, memory: int = 10000) -> None:
-        self.counts = dict.fromkeys(self.OUTCOMES, 0)
-        self._seen: dict[tuple[str, str], None] = {}  # insertion-ordered: oldest first
-        self._memory = memory
-        self._lock = threading.Lock()  # the server's threads count concurrently
-
-    def count(self, outcome: str, key: str) -> None:
-        with self._lock:
-            if (outcome, key) in self._seen:
-                return
-            self._seen[(outcome, key)] = None
-            if len(self._seen) > self._memory:
-                del self._seen[next(iter(self._seen))]
-            self.counts[outcome] += 1
-
-    def placed(self, key: str, domain: str, room: int, needs: int, first: bool) -> None:
-        """A member admitted: `domain` "" for a split group; `room`/`needs` the domain's free GPUs and
-        what the group takes, weighed when `first` (the record was just made)."""
-        if not domain:
-            self.count("split", key)
-        elif first:
-            self.count("whole" if room >= needs else "waiting", key)
-
-
-__all__ += ["GroupOutcomes"]

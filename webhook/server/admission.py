@@ -242,24 +242,27 @@ class AdmissionHandler:
         return Answer(err.http_status, _status_body(err.http_status, err.reason))
 
     def _decide(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """The request goes to the handler of what it writes (`_ROUTES`, by group, resource and subresource)."""
+        return getattr(self, _route(incoming.request))(endpoint, incoming)
+
+    def _inventory(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """A GPUInventory written: only the node's own agent may publish its GPUs (core/inventory_guard.py)."""
+        if endpoint == "validate":
+            return _from_decision(incoming.uid, self.core.check_inventory_write(incoming.request), with_patch=False)
+        return _fast(incoming.uid, "not-a-pod")
+
+    def _other(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """Anything else the configurations send (a subresource, another kind): nothing to decide."""
+        return _fast(incoming.uid, "not-create" if incoming.request.get("operation") != "CREATE" else "not-a-pod")
+
+    def _pod(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
+        """A pod CREATE is decided (and reserved, when validated); a pod UPDATE goes to `_record_update`."""
         request = incoming.request
         uid = incoming.uid
-        if _is_inventory(request):
-            if endpoint == "validate":
-                return _from_decision(uid, self.core.check_inventory_write(request), with_patch=False)
-            return _fast(uid, "not-a-pod")
-        if _is_claim(request):
-            return self._claim(endpoint, incoming)
-        if _is_ephemeral(request):
-            return self._ephemeral(endpoint, incoming)
-        if _is_config_map(request):
-            return self._config_map(endpoint, incoming)
-        if request.get("operation") == "UPDATE" and endpoint == "validate" and _is_pod(request):
+        if request.get("operation") == "UPDATE" and endpoint == "validate":
             return self._record_update(incoming)
         if request.get("operation") != "CREATE":
             return _fast(uid, "not-create")
-        if not _is_pod(request):
-            return _fast(uid, "not-a-pod")
         pod = request.get("object")
         if not isinstance(pod, dict):
             raise rv.ReviewError(400, "missing request.object: a pod CREATE must carry the pod")
@@ -403,29 +406,6 @@ def _namespace_of(request: Mapping[str, Any], metadata: Mapping[str, Any]) -> st
     return _text(request.get("namespace")) or _text(metadata.get("namespace"))
 
 
-def _is_ephemeral(request: Mapping[str, Any]) -> bool:
-    resource = _mapping(request.get("resource"))
-    return (
-        request.get("subResource") == "ephemeralcontainers"
-        and resource.get("group") == ""
-        and resource.get("resource") == "pods"
-    )
-
-
-def _is_config_map(request: Mapping[str, Any]) -> bool:
-    resource = _mapping(request.get("resource"))
-    return resource.get("group") == "" and resource.get("resource") == "configmaps" and not request.get("subResource")
-
-
-def _is_claim(request: Mapping[str, Any]) -> bool:
-    resource = _mapping(request.get("resource"))
-    return (
-        resource.get("group") == CLAIM_GROUP
-        and resource.get("resource") in CLAIM_RESOURCES
-        and not request.get("subResource")
-    )
-
-
 def _fast(uid: str, reason: str) -> _Outcome:
     return _Outcome(rv.allowed(uid), "allowed", reason, 200)
 
@@ -441,22 +421,28 @@ def _from_decision(uid: str, decision: Decision, *, with_patch: bool) -> _Outcom
     return _Outcome(rv.with_warnings(response, decision.warnings), verdict, decision.reason, code)
 
 
-def _is_inventory(request: Mapping[str, Any]) -> bool:
-    resource = _mapping(request.get("resource"))
-    return resource.get("group") == INVENTORY_GROUP and resource.get("resource") == INVENTORY_RESOURCE
+# Which handler of AdmissionHandler takes a request, by (group, resource, subresource) of what it writes;
+# "*" for any subresource. Anything else is `_other`.
+_ROUTES: dict[tuple[str, str, str], str] = {
+    ("", "pods", ""): "_pod",
+    ("", "pods", "ephemeralcontainers"): "_ephemeral",
+    ("", "configmaps", ""): "_config_map",
+    **{(CLAIM_GROUP, resource, ""): "_claim" for resource in CLAIM_RESOURCES},
+    (INVENTORY_GROUP, INVENTORY_RESOURCE, "*"): "_inventory",
+}
 
 
-def _is_pod(request: Mapping[str, Any]) -> bool:
-    """A pod itself (not a subresource such as pods/binding or pods/eviction)."""
-    if request.get("subResource"):
-        return False
+def _route(request: Mapping[str, Any]) -> str:
+    sub = _text(request.get("subResource"))
     resource = request.get("resource")
     if isinstance(resource, dict):
-        return resource.get("group") == "" and resource.get("resource") == "pods"
-    kind = request.get("kind")
-    if isinstance(kind, dict):
-        return kind.get("group") == "" and kind.get("kind") == "Pod"
-    return _mapping(request.get("object")).get("kind") == "Pod"
+        group, name = _text(resource.get("group")), _text(resource.get("resource"))
+    else:  # a request that names no resource: a pod by its kind, as older clients sent it
+        kind = request.get("kind")
+        named = (kind.get("group"), kind.get("kind")) if isinstance(kind, dict) else (
+            "", _mapping(request.get("object")).get("kind"))
+        group, name = "", "pods" if named == ("", "Pod") else ""
+    return _ROUTES.get((group, name, sub)) or _ROUTES.get((group, name, "*")) or "_other"
 
 
 def _status_body(http_status: int, reason: str) -> dict[str, Any]:

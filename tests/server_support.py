@@ -166,7 +166,7 @@ def fake_core(
     return AdmissionCore(
         mutate=mutate or allow,
         validate=validate or allow,
-        is_gpu_pod=lambda pod: "nvidia.com/gpu" in json.dumps(pod),
+        needs_decision=lambda pod: "nvidia.com/gpu" in json.dumps(pod),
         check_inventory_write=inventory or allow,
     )
 

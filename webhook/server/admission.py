@@ -45,7 +45,9 @@ class AdmissionCore:
 
     mutate: Callable[..., Decision]
     validate: Callable[..., Decision]
-    is_gpu_pod: Callable[[Mapping[str, Any]], bool]
+    # Whether a pod CREATE needs the core at all (a GPU named, a claim, an accelerator, a device-list
+    # mount): the rest pass on the fast path.
+    needs_decision: Callable[[Mapping[str, Any]], bool]
     check_inventory_write: Callable[[Mapping[str, Any]], Decision]
     # ResourceClaim / ResourceClaimTemplate writes: (request, snapshot, policy) -> Decision; None: allowed.
     check_claim: Callable[..., Decision] | None = None
@@ -274,7 +276,7 @@ class AdmissionHandler:
         # core like any pod (and like `check`, which knows no requester).
         if is_mirror_pod(pod, _text(_mapping(request.get("userInfo")).get("username"))):
             return _fast(uid, "mirror-pod")
-        if not self.core.is_gpu_pod(pod):
+        if not self.core.needs_decision(pod):
             return _fast(uid, "no-gpu-request")
         policy = self.policy.get()
         if endpoint == "mutate":

@@ -193,7 +193,7 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
         ("core: record seal", lambda i: sealed_text(allocations[i], requirements[i], shape_of(
             namespaces[i], m["normal"][i].containers), RECORD_KEY), None),
         ("server: envelope checks", *both(lambda p, b, x: lambda i: rv.parse_review(b[i]))),
-        ("server: needs a decision", *both(lambda p, b, x: lambda i: core.is_gpu_pod(p[i]))),
+        ("server: needs a decision", *both(lambda p, b, x: lambda i: core.needs_decision(p[i]))),
         ("server: log line", log_line, log_line),
         ("server: answer JSON encode", lambda i: jsoncodec.dumps(answers[i]), None),
     ]

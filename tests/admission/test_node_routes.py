@@ -178,7 +178,7 @@ def test_device_list_mounts_are_found_however_written() -> None:
 def test_the_server_fast_path_sends_device_list_mounts_to_the_decision() -> None:
     from webhook.server.admission import real_core
 
-    assert real_core().is_gpu_pod(device_mount_pod())
+    assert real_core().needs_decision(device_mount_pod())
 
 
 def test_a_gpu_pod_pinned_to_a_node_that_honours_the_variable_is_warned() -> None:

@@ -18,7 +18,6 @@ import webhook
 MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
-    "webhook.core.placement.group_place": ("_TABLES",),
     "webhook.core.admission.mutate": ("_REQUIRED",),
 }
 

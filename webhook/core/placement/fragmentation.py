@@ -40,8 +40,9 @@ from operator import mul
 
 from webhook.core.domain.model import Node, NodeUsage
 
+from . import kinds
 from .context import WorkloadShape
-from .kinds import REGISTRY, Group, KindMix, compile_mix, compiled, default_mix
+from .kinds import Group, KindMix, compile_mix, compiled, default_mix
 from .waste import COMMON, MILLI, RARE_FILL, Waste, changed_from, reach, waste_of, waste_table
 
 __all__ = ["COMMON", "FILLED", "MILLI", "RARE_FILL", "TIE_BREAK", "Measured", "compiled_mix", "default_mix",
@@ -111,9 +112,9 @@ def fragmentation_delta(
 
     Includes a small best-fit term (TIE_BREAK per GPU left free) so that equal growth prefers the fuller node.
     """
-    kinds = compiled(mix)
-    was, _ = _value(node, before, kinds, paper)
-    now, free = _value(node, after, kinds, paper)
+    weighed = compiled(mix)
+    was, _ = _value(node, before, weighed, paper)
+    now, free = _value(node, after, weighed, paper)
     return now - was + TIE_BREAK * free / MILLI
 
 
@@ -133,8 +134,8 @@ def node_states(node: Node, before: NodeUsage | _State, after: NodeUsage) -> tup
 def states_delta(states: tuple[str, _State, _State], mix: tuple[WorkloadShape, ...]) -> float:
     """`fragmentation_delta` of the states `node_states` gave (the same value)."""
     model, before, after = states
-    kinds = compiled(mix)
-    return (_fragmentation(model, after, kinds) - _fragmentation(model, before, kinds)
+    weighed = compiled(mix)
+    return (_fragmentation(model, after, weighed) - _fragmentation(model, before, weighed)
             + TIE_BREAK * sum(after[0]) / MILLI)
 
 
@@ -150,8 +151,8 @@ class Measured:
         self.model = model
         self.state = state
         self.free = sum(state[0])  # free thousandths
-        self.values = array("d", [_NAN]) * max(len(REGISTRY.indices), 1)
-        self.generation = REGISTRY.generation
+        self.values = array("d", [_NAN]) * max(len(kinds.REGISTRY.indices), 1)
+        self.generation = kinds.REGISTRY.generation
         self.known = 0  # the indices of the kinds computed, as bits
         self.mix: KindMix | None = None
         self.expected = 0.0
@@ -175,13 +176,13 @@ def expected(found: Measured, mix: KindMix) -> float:
     if not found.state[0]:
         value = 0.0
     else:
-        if mix.generation != REGISTRY.generation:
+        if mix.generation != kinds.REGISTRY.generation:
             mix.indexed()
         values = found.values
-        if found.generation != REGISTRY.generation:
+        if found.generation != kinds.REGISTRY.generation:
             # The registry was dropped (indices mean other kinds): compute again.
-            values = found.values = array("d", [_NAN]) * max(len(REGISTRY.indices), 1)
-            found.generation = REGISTRY.generation
+            values = found.values = array("d", [_NAN]) * max(len(kinds.REGISTRY.indices), 1)
+            found.generation = kinds.REGISTRY.generation
             found.known = 0
             found.waste = mix.waste
         elif found.waste is not mix.waste:
@@ -190,10 +191,10 @@ def expected(found: Measured, mix: KindMix) -> float:
             # kinds never read it).
             if (found.known and found.waste is not None
                     and changed_from(found.waste.sizes, mix.waste.sizes) <= reach(found.state[0])):
-                found.known &= ~REGISTRY.shares
+                found.known &= ~kinds.REGISTRY.shares
             found.waste = mix.waste
-        if len(values) < len(REGISTRY.indices):
-            grown = array("d", [_NAN]) * len(REGISTRY.indices)
+        if len(values) < len(kinds.REGISTRY.indices):
+            grown = array("d", [_NAN]) * len(kinds.REGISTRY.indices)
             grown[: len(values)] = values
             values = found.values = grown
         missing = mix.mask & ~found.known

@@ -19,7 +19,6 @@ that system places them.
 from __future__ import annotations
 
 import sys
-import weakref
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -147,26 +146,27 @@ class Table:
     where: dict[str, tuple[int, ...]]  # eligible node -> its domain's number at each level (-1: none)
     healthy: dict[str, int]  # eligible node -> healthy GPUs
     capacity: dict[int, list[list[int]]] = field(default_factory=dict)  # GPUs per pod -> per level
-    # A node class's names -> its packed counts per level. Classes are shared between index versions
-    # (copy-on-write), so most are counted once, not once per admission.
-    counted: dict[int, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict)
-    by_state: dict[int, tuple[State, tuple[str, ...], list[int]]] = field(default_factory=dict)
+    # A node class -> its packed counts per level. Classes are shared between index versions
+    # (copy-on-write), so most are counted once, not once per admission. Classes and states hash by
+    # identity (held here as keys).
+    counted: dict[NodeClass, list[int]] = field(default_factory=dict)
+    by_state: dict[State, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict)
 
     def packed(self, node_class: NodeClass) -> list[int]:
-        names = node_class.names
-        hit = self.counted.get(id(names))
-        if hit is not None and hit[0] is names:
-            return hit[1]
+        hit = self.counted.get(node_class)
+        if hit is not None:
+            return hit
         # A class that gained or lost a few nodes since last seen (the node an admission took moves from
         # one class to another): its old counts, adjusted, instead of counting thousands of names again.
+        names = node_class.names
         state = node_class.state
-        before = self.by_state.get(id(state))
+        before = self.by_state.get(state)
         found = None
         few = max(_FEW, len(names) // 4)
-        if before is not None and before[0] is state and abs(len(before[1]) - len(names)) <= few:
-            added, removed = set(names).difference(before[1]), set(before[1]).difference(names)
+        if before is not None and abs(len(before[0]) - len(names)) <= few:
+            added, removed = set(names).difference(before[0]), set(before[0]).difference(names)
             if len(added) + len(removed) <= few:
-                found = list(before[2])
+                found = list(before[1])
                 for changed, sign in ((added, 1), (removed, -1)):
                     for name in changed:
                         for i, j in enumerate(self.where.get(name, ())):
@@ -184,8 +184,8 @@ class Table:
         if len(self.counted) >= 8192:
             self.counted.clear()
             self.by_state.clear()
-        self.counted[id(names)] = (names, found)
-        self.by_state[id(state)] = (state, names, found)
+        self.counted[node_class] = found
+        self.by_state[state] = (names, found)
         return found
 
     def capacity_for(self, gpus: int) -> list[list[int]]:
@@ -215,17 +215,19 @@ def _unpack(packed: int, size: int) -> array[int]:
     return out
 
 
-_TABLES: weakref.WeakKeyDictionary[Statics, dict[Any, tuple[tuple[str, ...], Table]]] = weakref.WeakKeyDictionary()
+_TABLES_LIMIT = 64  # tables kept per node set and levels
 
 
 def table_of(statics: Statics, eligible: tuple[str, ...], levels: tuple[str, ...]) -> Table:
-    """Memoised per node set by the identity of the eligible tuple (placement memoises those)."""
-    memo = _TABLES.get(statics)
+    """Kept with the node set (`Statics.tables`), per levels and eligible tuple, that tuple told by
+    identity (placement memoises the eligible sets; hashing thousands of names per look-up would show)."""
+    memo = statics.tables.get(levels)
     if memo is None:
-        memo = _TABLES.setdefault(statics, {})
-    hit = memo.get((id(eligible), levels))
-    if hit is not None and hit[0] is eligible:
-        return hit[1]
+        memo = statics.tables.setdefault(levels, [])
+    for seen, held in reversed(memo):
+        if seen is eligible:
+            found: Table = held
+            return found
     nodes = statics.nodes
     present = tuple(lv for lv in levels if any(lv in nodes[n].labels for n in eligible if n in nodes))
     domains = tuple(tuple(sorted({nodes[n].labels[lv] for n in eligible if n in nodes and lv in nodes[n].labels}))
@@ -243,9 +245,9 @@ def table_of(statics: Statics, eligible: tuple[str, ...], levels: tuple[str, ...
             where[name] = numbers
             healthy[name] = sum(1 for g in node.gpus if g.healthy)
     table = Table(present, domains, where, healthy)
-    if len(memo) >= 64:
+    if len(memo) >= _TABLES_LIMIT:
         memo.clear()
-    memo[(id(eligible), levels)] = (eligible, table)
+    memo.append((eligible, table))
     return table
 
 

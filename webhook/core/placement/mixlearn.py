@@ -260,34 +260,36 @@ def _band(weight: float, total: float) -> tuple[float, float, tuple[bool, int]]:
     return (weight / top * (1 + _MARGIN), min(weight / bottom, dropped_from) * (1 - _MARGIN), (True, level))
 
 
-# Per identity of the published objects (held, so that ids stay unique): hosts per node mapping, and the
-# mix per (observed, nodes). Both bounded.
-_HOSTS: dict[int, tuple[object, Hosts]] = {}
-_MIXES: dict[tuple[int, int], tuple[object, object, tuple[WorkloadShape, ...]]] = {}
+# The published objects met last, told by identity (held here, newest last; a plain dict of nodes and a
+# slotted histogram have no room for a field): hosts per node mapping, and the mix per (observed, nodes).
+# Both bounded. Without them an admission would group every node again (100 us per 100 nodes).
+_HOSTS: list[tuple[Mapping[str, Node], Hosts]] = []
+_MIXES: list[tuple[Observed, Mapping[str, Node], tuple[WorkloadShape, ...]]] = []
 
 
 def hosts_for(nodes: Mapping[str, Node]) -> Hosts:
     """`hosts_of` memoised per node mapping (a snapshot's is shared until a node changes)."""
-    held = _HOSTS.get(id(nodes))
-    if held is None or held[0] is not nodes:
-        if len(_HOSTS) >= 16:
-            _HOSTS.clear()
-        held = _HOSTS[id(nodes)] = (nodes, hosts_of(nodes.values()))
-    return held[1]
+    for seen, hosts in reversed(_HOSTS):
+        if seen is nodes:
+            return hosts
+    hosts = hosts_of(nodes.values())
+    if len(_HOSTS) >= 16:
+        _HOSTS.clear()
+    _HOSTS.append((nodes, hosts))
+    return hosts
 
 
 def learned_mix(observed: Observed | None, nodes: Mapping[str, Node]) -> tuple[WorkloadShape, ...]:
-    """The mix a snapshot's pods teach: one dictionary look-up while neither has changed."""
+    """The mix a snapshot's pods teach: a look-up or two while neither has changed."""
     if observed is None or not observed.counts:
         return ()
-    key = (id(observed), id(nodes))
-    hit = _MIXES.get(key)
-    if hit is not None and hit[0] is observed and hit[1] is nodes:
-        return hit[2]
+    for seen, seen_nodes, mix in reversed(_MIXES):
+        if seen is observed and seen_nodes is nodes:
+            return mix
     mix = mix_of(observed.counts, hosts_for(nodes))
     if len(_MIXES) >= 64:
         _MIXES.clear()
-    _MIXES[key] = (observed, nodes, mix)
+    _MIXES.append((observed, nodes, mix))
     return mix
 
 

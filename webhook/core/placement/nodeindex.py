@@ -193,6 +193,8 @@ class Statics:
     tainted: bool = False
     labels: LabelIndex | None = None
     reach: dict[Any, Any] = field(default_factory=dict)
+    # Multi-pod groups' domain tables (group_place.table_of): levels -> (eligible names, table), newest last.
+    tables: dict[tuple[str, ...], list[tuple[tuple[str, ...], Any]]] = field(default_factory=dict)
 
     def label_index(self) -> LabelIndex:
         found = self.labels

@@ -30,7 +30,7 @@ REGISTRIES: dict[str, tuple[str, ...]] = {
 # Empty at import but no memo: shared empty mappings never written.
 NOT_MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.placement.nodereach": ("_NOTHING",),
-    "webhook.core.placement.place": ("_NONE",),
+    "webhook.core.placement.candidates": ("_NONE",),
 }
 
 _CONTAINERS = (dict, set, list, weakref.WeakKeyDictionary, weakref.WeakValueDictionary)

@@ -5,22 +5,22 @@ Policies: random, best-fit, dot-product, binpack, spread, fewest-tasks, fragment
 "fragmentation": 2}). Multi-GPU pods go to the best-connected free GPU set first (topology).
 
 Cost: work is done per class of equivalent nodes (see nodeindex), so a decision costs about the same on
-a thousand nodes as on a hundred. In the loop over classes, choose_gpus' memo (per node state) and
-reach.within's (per names tuple, held with it) are looked up inline, not through the helpers: that loop
-runs once per class per decision. For one node under the fragmentation policy alone (the simulator's
-case), a class whose fragmentation memo entry is current is compared on its score as the loop meets it,
-never made a candidate (`_best_by_fragmentation`; `_place_on_host` likewise). None changes an answer.
+a thousand nodes as on a hundred; the classes that can host the pod now are found in candidates.py, with
+their memos looked up inline. For one node under the fragmentation policy alone (the simulator's case),
+a class whose fragmentation memo entry is current is compared on its score as the loop meets it, never
+made a candidate (`_best_by_fragmentation`; `_place_on_host` likewise). None changes an answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
 from webhook.core.podspec.vendors import COUNT_RESOURCES
 
+from .candidates import candidates
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit, choose_gpus, demand_of, static_verdict
 from .fragmentation import MILLI, TIE_BREAK
@@ -32,7 +32,6 @@ from .scoring import Candidate, fragmentation_memo, option_of, score_all, weighe
 from .topology import expected_loss
 
 _ELIGIBLE_MEMO = 256
-_NONE: Mapping[str, int] = {}  # shared and never written: no UUID excluded on a shape
 
 
 
@@ -80,120 +79,6 @@ def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
     if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
         return _parsed(_Same(request), found[0])
     return found[1]
-
-
-# -- candidates ---------------------------------------------------------------------------------
-
-
-def _uuid_masks(index: NodeIndex, demand: Demand) -> tuple[dict[str, int] | None, dict[str, int]]:
-    """Per node, the GPUs the pod's UUID lists allow (include: only listed nodes) and forbid."""
-    include: dict[str, int] | None = None
-    if demand.uuids_include:
-        include = {}
-        for uuid in demand.uuids_include:
-            where = index.statics.uuid_node.get(uuid)
-            if where is not None:
-                include[where[0]] = include.get(where[0], 0) | 1 << where[1]
-    exclude: dict[str, int] = {}
-    for uuid in demand.uuids_exclude:
-        where = index.statics.uuid_node.get(uuid)
-        if where is not None:
-            exclude[where[0]] = exclude.get(where[0], 0) | 1 << where[1]
-    return include, exclude
-
-
-def _candidates(
-    index: NodeIndex,
-    demand: Demand,
-    ctx: PlacementContext,
-    rejected: dict[str, int],
-    eligible: list[str] | None,
-    reach: ShapeReach | None,
-) -> list[Candidate]:
-    """Classes that can host the pod now; counts the others in `rejected`, collects `eligible` if asked.
-    `reach`: the nodes the pod's own constraints allow, per shape (None: all)."""
-    include, exclude = _uuid_masks(index, demand)
-    token = index.statics.token(demand.key)
-    gpu_policy = demand.gpu_policy or ctx.gpu_policy
-    out: list[Candidate] = []
-
-    def reject(reason: str, count: int) -> None:
-        if count:
-            rejected[reason] = rejected.get(reason, 0) + count
-
-    filtered = reach.filtered if reach is not None else {}
-    for shape in index.statics.shapes:
-        reachable = reach.names.get(shape.number) if reach is not None else None  # None: all
-        if reachable is not None:
-            assert reach is not None
-            count_rejections(reach, shape, rejected)
-            if not reachable:
-                continue
-        verdict = static_verdict(shape, demand)
-        if isinstance(verdict, str):
-            reject(verdict, len(shape.names) if reachable is None else len(reachable))
-            continue
-        if include is not None:
-            masks = include if reachable is None else {n: m for n, m in include.items() if n in reachable}
-            pinned = _restricted(index, shape, verdict, demand, token, gpu_policy, masks, True)
-            _take(pinned, out, reject, eligible)
-            here = sum(1 for n in masks if index.statics.shape_of[n] is shape)
-            reject("uuid", (len(shape.names) if reachable is None else len(reachable)) - here)  # not named
-            continue
-        special = {n: m for n, m in exclude.items() if index.statics.shape_of[n] is shape} if exclude else _NONE
-        if special and reachable is not None:
-            special = {n: m for n, m in special.items() if n in reachable}
-        if special:
-            _take(_restricted(index, shape, verdict, demand, token, gpu_policy, special, False), out, reject, eligible)
-        if eligible is not None:
-            names_here = shape.names if reachable is None else list(reachable)
-            eligible.extend(n for n in names_here if n not in special) if special else eligible.extend(names_here)
-        # Nodes without room for the pod on any GPU are counted, never looked at.
-        first = verdict.first_bucket
-        if reachable is None:
-            busy = index.count_below(shape, first)
-            if special:
-                busy -= sum(1 for n in special if shape.state(index.usage(n)).bucket < first)
-        else:
-            busy = len(reachable) - len(special)  # less those seen in the classes below
-        allowed = verdict.allowed
-        key = (token, allowed, gpu_policy)  # choose_gpus' memo key (Cost: in the docstring)
-        if reachable is None and not special:  # every class of the shape, whole (the common case)
-            for node_class in index.classes(shape, first):
-                state = node_class.state
-                choice = state.memo.choices.get(key)
-                if choice is None:
-                    choice = choose_gpus(state, verdict, allowed, demand, gpu_policy, token)
-                if isinstance(choice, str):
-                    reject(choice, len(node_class.names))
-                else:
-                    out.append(Candidate(state, node_class.names, choice, verdict, allowed))
-            reject("busy", busy)
-            continue
-        for node_class in index.classes(shape, first):
-            names = node_class.names
-            if reachable is not None:
-                hit = filtered.get(id(names))  # reach.within's memo (Cost: in the docstring)
-                if hit is not None and hit[0] is names:
-                    names = hit[1]
-                else:
-                    assert reach is not None
-                    names = reach.within(names, reachable)
-            if special and any(n in special for n in names):
-                names = tuple(n for n in names if n not in special)
-            if not names:
-                continue
-            if reachable is not None:
-                busy -= len(names)
-            choice = node_class.state.memo.choices.get(key)
-            if choice is None:
-                choice = choose_gpus(node_class.state, verdict, allowed, demand, gpu_policy, token)
-            if isinstance(choice, str):
-                reject(choice, len(names))
-            else:
-                out.append(Candidate(node_class.state, names, choice, verdict, allowed))
-        reject("busy", busy)
-    return out
 
 
 def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementContext, rejected: dict[str, int],
@@ -325,48 +210,6 @@ _SLACK = 1e-9
 _UNBOUNDED = float("inf")
 
 
-class _Pinned(NamedTuple):
-    """What looking at nodes one by one found: candidates, rejections in the order met, eligible names."""
-
-    candidates: list[Candidate]
-    rejected: dict[str, int]
-    eligible: list[str]
-
-
-def _restricted(index: NodeIndex, shape: Shape, fit: Fit, demand: Demand, token: int, gpu_policy: str,
-                masks: Mapping[str, int], only: bool) -> _Pinned:
-    """The nodes of `shape` among `masks`, one at a time (there are few): the pod names GPUs by UUID, and
-    `masks` has each node's named GPUs, which it may use only (`only`) or must not use."""
-    found = _Pinned([], {}, [])
-    for name in sorted(masks):
-        if index.statics.shape_of[name] is not shape:
-            continue
-        allowed = fit.allowed & masks[name] if only else fit.allowed & ~masks[name]
-        if allowed.bit_count() < demand.count:
-            found.rejected["uuid"] = found.rejected.get("uuid", 0) + 1
-            continue
-        if demand.required and not shape.graph.could_nvlink(allowed, demand.count):
-            found.rejected["topology"] = found.rejected.get("topology", 0) + 1
-            continue
-        found.eligible.append(name)
-        state = shape.state(index.usage(name))
-        choice = choose_gpus(state, fit, allowed, demand, gpu_policy, token)
-        if isinstance(choice, str):
-            found.rejected[choice] = found.rejected.get(choice, 0) + 1
-        else:
-            found.candidates.append(Candidate(state, (name,), choice, fit, allowed))
-    return found
-
-
-def _take(pinned: _Pinned, out: list[Candidate], reject: Callable[[str, int], None],
-          eligible: list[str] | None) -> None:
-    out.extend(pinned.candidates)
-    for reason, count in pinned.rejected.items():
-        reject(reason, count)
-    if eligible is not None:
-        eligible.extend(pinned.eligible)
-
-
 # -- the decision -------------------------------------------------------------------------------
 
 
@@ -402,7 +245,7 @@ def place(request: PodRequest, index: NodeIndex, ctx: PlacementContext) -> Place
             eligible = _remember(memo, key, collected)
         options: tuple[Option, ...] = (option_of(found, found.names[0], ctx),) if found is not None else ()
         return Placement(eligible=eligible, options=options, rejected=rejected)
-    cands = _candidates(index, demand, ctx, rejected, collected, reach)
+    cands = candidates(index, demand, ctx, rejected, collected, reach)
     if eligible is None:
         assert collected is not None
         eligible = _remember(memo, key, collected)

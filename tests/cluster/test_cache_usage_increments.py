@@ -88,7 +88,7 @@ def test_added_usage_equals_the_whole_sum(seed: int) -> None:
 def test_a_job_launch_adds_each_pod_on_without_summing_its_node_anew(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pods admitted one after another, each with its own record, are added on: a launch of n pods onto one
     node costs n additions, not n sums over everything already there."""
-    import webhook.cluster.cache as cache_module
+    import webhook.cluster.cache_usage as cache_module
 
     sums: list[str] = []
     real = cache_module.node_usage

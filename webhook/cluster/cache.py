@@ -1,9 +1,12 @@
 """The watch cache: what the core needs of Nodes, GPUInventories, Namespaces, ResourceQuotas and Pods.
 
 Each object is translated the moment it arrives and only the translation is kept. Node and namespace
-usage are maintained incrementally (an event touches one node), and `snapshot()` hands out a cached
-Snapshot, rebuilt only after something changed by copying the mappings that changed and updating the
-placement index copy-on-write. The result equals `translate.build_snapshot` over the same objects.
+usage are maintained incrementally (an event touches one node, `cache_usage.py`), and `snapshot()` hands
+out a cached Snapshot, rebuilt only after something changed by copying the mappings that changed and
+updating the placement index copy-on-write (`cache_publish.py`). The result equals
+`translate.build_snapshot` over the same objects. What is kept of DRA claims, of ConfigMaps read through
+envFrom, and of the optional kinds (group sizes, scale-from-zero pools) is in `cache_claims.py`,
+`cache_envfrom.py` and `cache_optional.py`.
 """
 
 from __future__ import annotations
@@ -11,39 +14,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.admission.dra import claim_refs, claim_users, held_usage, largest_card
-from webhook.core.admission.isolation import NO_POD_READS, Reads, env_reads
-from webhook.core.domain.model import (
-    Claim,
-    EnvReader,
-    Namespace,
-    Node,
-    NodeUsage,
-    QuotaLimits,
-    ScalePool,
-    Snapshot,
-    Usage,
-    usage_of,
-)
+from webhook.core.admission.dra import claim_refs
+from webhook.core.admission.isolation import NO_POD_READS, env_reads
+from webhook.core.domain.model import Claim, Namespace, Node, QuotaLimits, Snapshot
 from webhook.core.domain.names import ALLOCATION
-from webhook.core.domain.shapes import Shape
-from webhook.core.placement.groups import merge_sizes, sizes_of
-from webhook.core.placement.mixlearn import Histogram
-from webhook.core.placement.state import carry_index
 from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.podspec.resources import is_gpu_pod
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
-from .nodepools import POOL_KINDS as POOL_SPECS
-from .nodepools import entry_of, ordered
-from .observe import models_of, pod_shape
-from .podrecords import PodRecord, appended_usage, meta_of, node_usage, pod_key
-from .podusage import PodUsage
+from .cache_claims import CLAIM_ITEM_KINDS, CLAIM_KINDS, ClaimTables
+from .cache_envfrom import EnvFromTables
+from .cache_optional import POOL_KINDS, SIZE_KINDS, OptionalKinds
+from .cache_publish import publish
+from .cache_usage import UsageBook
+from .podrecords import PodRecord, meta_of, pod_key
 from .translate import (
     claim_of,
     config_map_of,
@@ -53,23 +41,15 @@ from .translate import (
     node_of,
     pod_usage_of,
     quotas_of,
-    readers_of,
 )
 
 log = logging.getLogger(__name__)
 
 KINDS = ("nodes", "gpuinventories", "namespaces", "resourcequotas", "pods", "resourceclaims", "resourceclaimtemplates",
          "configmaps")
-# The controllers' objects that state multi-pod groups' sizes (kube.py GROUP_SIZE_KINDS): optional APIs
-# (none served, or not readable: an empty list, looked for again), of which only namespace/name -> sizes
-# is kept. Watched besides KINDS, but not part of being synced or fresh: without them a group is only
-# open-ended (its pods state no size), as before their first list.
-SIZE_KINDS = ("pytorchjobs", "tfjobs", "mpijobs", "jobsets", "rayclusters", "volcanojobs", "volcanopodgroups",
-              "podgroups", "xgboostjobs", "paddlejobs", "jaxjobs")
-# Node pools that scale from zero (nodepools.py POOL_KINDS): optional likewise, each kept as its pool.
-POOL_KINDS = tuple(POOL_SPECS)
-CLAIM_KINDS = ("resourceclaims", "resourceclaimtemplates")
-CLAIM_ITEM_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate"}
+# SIZE_KINDS (the controllers' objects that state multi-pod groups' sizes) and POOL_KINDS (node pools that
+# scale from zero) are watched besides KINDS, but not part of being synced or fresh (cache_optional.py).
+__all__ = ["CLAIM_ITEM_KINDS", "CLAIM_KINDS", "KINDS", "POOL_KINDS", "SIZE_KINDS", "TOMBSTONE_SECONDS", "ClusterCache"]
 TOMBSTONE_SECONDS = 900.0  # how long a deleted pod's UID is remembered (longer than any reservation)
 
 Inventory = tuple[Any, Any, Any, bool | None]  # GPUs, NVLink, PCIe, toolkit honours the env var
@@ -82,60 +62,30 @@ class ClusterCache:
                  dra_classes: Callable[[], tuple[str, ...]] = lambda: DRA_DEVICE_CLASSES) -> None:
         self.clock = clock
         self.dra_classes = dra_classes  # the policy's GPU device classes, read at each publish
-        self._held_classes: tuple[str, ...] = ()
         self.errors = 0  # objects that could not be translated (logged, skipped)
         self._lock = threading.RLock()
         self._gen = 0
         self._seq = 0
         self._listed: set[str] = set()
         self._heard: dict[str, float] = {}
+        self._first_lists = 0
         # nodes: the Node without its inventory, the inventory, and the Node the core sees
         self._base: dict[str, Node] = {}
         self._inventory: dict[str, Inventory] = {}
         self._nodes: dict[str, Node] = {}
-        self._usage: dict[str, NodeUsage] = {}
         self._pods: dict[str, PodRecord] = {}
-        self._by_node: dict[str, set[str]] = {}
-        # Per node, what decides whether a new pod's usage can be added on instead of summed anew
-        # (podrecords.appended_usage): the nonces of its pods with recorded GPU indices, and how many
-        # of its GPU pods have none, and how many of those nonces are copies (held by two pods or more:
-        # such pods count as having none).
-        self._nonces: dict[str, Counter[str]] = {}
-        self._loose: Counter[str] = Counter()
-        self._copies: Counter[str] = Counter()
         self._tombstones: dict[str, tuple[int, float]] = {}
         self._swept = clock()
         self._namespaces: dict[str, Namespace] = {}
         self._quotas: dict[str, dict[str, QuotaLimits]] = {}
-        self._ns_usage: dict[str, list[Any]] = {}  # namespace -> [Usage, GPU pods counted]
-        self._claims: dict[str, dict[str, Claim]] = {kind: {} for kind in CLAIM_KINDS}  # "ns/name" -> Claim
-        # Group sizes by owner object: kind -> "ns/name" -> {GroupRef.key: size} (core groups.sizes_of)
-        self._sizes: dict[str, dict[str, dict[str, int]]] = {kind: {} for kind in SIZE_KINDS}
-        self._pools: dict[str, dict[str, tuple[int, ScalePool]]] = {kind: {} for kind in POOL_KINDS}  # weight, pool
-        # Pods holding DRA claims: pod key -> (namespace, claim refs); their GPUs count with the claims'.
-        self._dra_holders: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
-        # ConfigMaps read by envFrom: namespace -> name -> the keys that matter (usually none: a shared
-        # empty set), and the namespaces changed since the last snapshot (copied on publish, the rest shared).
-        self._config_maps: dict[str, dict[str, frozenset[str]]] = {}
-        self._dirty_config_maps: set[str] = set()
-        # What live GPU pods read of ConfigMaps through envFrom (core/isolation.py `env_reads`): pod key -> its
-        # reads, and namespace -> (ConfigMap, prefix, container) -> pod key -> pod name; the namespaces
-        # changed since the last snapshot are rebuilt on publish (Snapshot.env_readers).
-        self._reads: dict[str, Reads] = {}
-        self._readers: dict[str, dict[tuple[str, str, str], dict[str, str]]] = {}
-        self._dirty_readers: set[str] = set()
-        self._deferred: set[str] | None = None  # nodes whose usage is added up after the first lists
-        self._first_lists = 0
-        self._gpu_pods = 0
-        # The held GPU pods by request shape (the learned workload mix's input), and each pod's shape
-        # with the models it allows (kept to recompute its shape when its node's card size changes).
-        self._observed = Histogram()
-        self._shapes: dict[str, tuple[Shape | None, tuple[str, ...]]] = {}
-        # what changed since the last published snapshot
+        self._book = UsageBook(self._nodes, self._pods)
+        self._claims = ClaimTables()
+        self._env = EnvFromTables()
+        self._optional = OptionalKinds()
+        # what changed since the last published snapshot (besides what the parts above keep)
         self._published: Snapshot | None = None
         self._dirty_nodes = True
-        self._dirty_usage: set[str] = set()
-        self._dirty: set[str] = {"namespaces", "quotas", "namespace_usage"}
+        self._dirty: set[str] = {"namespaces", "quotas"}
 
     # -- WatchSink ------------------------------------------------------------------------------
 
@@ -146,8 +96,7 @@ class ClusterCache:
         if first:
             with self._lock:
                 self._first_lists += 1
-                if self._deferred is None:
-                    self._deferred = set()
+                self._book.defer()
         try:
             for obj in items:
                 with self._lock:
@@ -159,10 +108,7 @@ class ClusterCache:
                 with self._lock:
                     self._first_lists -= 1
                     if self._first_lists == 0:
-                        deferred, self._deferred = self._deferred, None
-                        for name in deferred or ():
-                            if name in self._nodes:
-                                self._recompute_usage(name)
+                        self._book.catch_up()
         with self._lock:
             for key in [k for k in self._keys(kind) if k not in keep]:
                 self._delete(kind, key)
@@ -188,12 +134,16 @@ class ClusterCache:
     def view(self) -> tuple[Snapshot, int]:
         """The current snapshot and the generation it reflects (for `counted`)."""
         with self._lock:
-            if self._dra_holders and self.dra_classes() != self._held_classes:
-                self._dirty.add("namespace_usage")  # the policy's GPU device classes changed
-            if (self._published is None or self._dirty_nodes or self._dirty_usage or self._dirty
-                    or self._dirty_config_maps or self._dirty_readers):
-                self._publish()
-            assert self._published is not None
+            self._claims.check_classes(self.dra_classes)
+            if (self._published is None or self._dirty_nodes or self._book.changed or self._dirty
+                    or self._book.namespaces_changed or self._claims.changed or self._env.pending()
+                    or self._optional.changed):
+                self._published = publish(
+                    self._published, nodes_changed=self._dirty_nodes, sections=self._dirty, nodes=self._nodes,
+                    namespaces=self._namespaces, quotas=self._quotas, book=self._book, claims=self._claims,
+                    env=self._env, optional=self._optional, classes=self.dra_classes())
+                self._dirty_nodes = False
+                self._dirty = set()
             return self._published, self._gen
 
     def counted(self, uid: str, generation: int) -> bool:
@@ -238,7 +188,7 @@ class ClusterCache:
         with self._lock:
             return {
                 "nodes": len(self._nodes),
-                "pods": self._gpu_pods,
+                "pods": self._book.gpu_pods,
                 "namespaces": len(self._namespaces),
             }
 
@@ -261,13 +211,11 @@ class ClusterCache:
         if kind == "namespaces":
             return list(self._namespaces)
         if kind in CLAIM_KINDS:
-            return list(self._claims[kind])
-        if kind in SIZE_KINDS:
-            return list(self._sizes[kind])
-        if kind in POOL_KINDS:
-            return list(self._pools[kind])
+            return list(self._claims.claims[kind])
+        if kind in SIZE_KINDS or kind in POOL_KINDS:
+            return self._optional.keys(kind)
         if kind == "configmaps":
-            return [f"{ns}/{name}" for ns, maps in self._config_maps.items() for name in maps]
+            return self._env.keys()
         return [f"{ns}/{name}" for ns, quotas in self._quotas.items() for name in quotas]
 
     def _bad(self, kind: str, obj: Mapping[str, Any], error: Exception) -> None:
@@ -275,76 +223,24 @@ class ClusterCache:
         log.warning("%s %s: %s (ignored)", kind, meta_of(obj).get("name", "?"), error)
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if kind in POOL_KINDS:
-            key, entry, table = self._key(kind, obj), entry_of(obj), self._pools[kind]
-            if table.get(key) != entry:
-                if entry is None:
-                    del table[key]
-                else:
-                    table[key] = entry
-                self._dirty.add("scale_pools")
-            return
-        if kind in SIZE_KINDS:
-            self._upsert_sizes(kind, obj)
-        elif kind == "pods":
+        if kind == "pods":
             self._upsert_pod(obj)
-            return
-        if kind in CLAIM_KINDS:
+        elif kind in POOL_KINDS or kind in SIZE_KINDS:
+            self._optional.upsert(kind, self._key(kind, obj), obj)
+        elif kind in CLAIM_KINDS:
             self._upsert_claim(kind, obj)
-            return
-        if kind == "configmaps":
+        elif kind == "configmaps":
             self._upsert_config_map(obj)
-            return
-        name = str(meta_of(obj).get("name", ""))
-        if kind == "nodes":
-            try:
-                self._base[name] = node_of(obj)
-            except ValueError as error:
-                self._bad(kind, obj, error)
-                self._base.pop(name, None)
-            self._refresh_node(name)
-        elif kind == "gpuinventories":
-            try:
-                self._inventory[name] = (*inventory_of(obj.get("spec")), toolkit_from_json(obj.get("spec")))
-            except ValueError as error:
-                self._bad(kind, obj, error)
-                self._inventory.pop(name, None)
-            self._refresh_node(name)
+        elif kind in ("nodes", "gpuinventories"):
+            self._upsert_node(kind, obj)
         elif kind == "namespaces":
-            try:
-                namespace = namespace_of(obj)
-            except ValueError as error:
-                self._bad(kind, obj, error)
-                self._delete(kind, name)
-                return
-            if self._namespaces.get(name) != namespace:
-                self._namespaces[name] = namespace
-                self._dirty.add("namespaces")
+            self._upsert_namespace(obj)
         elif kind == "resourcequotas":
-            ns = str(meta_of(obj).get("namespace") or "default")
-            try:
-                quota: QuotaLimits | None = quotas_of(obj)
-            except ValueError as error:
-                self._bad(kind, obj, error)
-                quota = None
-            if quota is None or (quota.gpus, quota.memory_mib, quota.cores) == (None, None, None):
-                self._delete(kind, f"{ns}/{name}")
-            elif self._quotas.get(ns, {}).get(name) != quota:
-                self._quotas.setdefault(ns, {})[name] = quota
-                self._dirty.add("quotas")
+            self._upsert_quota(obj)
 
     def _delete(self, kind: str, key: str) -> None:
         if kind == "pods":
-            if self._dra_holders.pop(key, None) is not None:
-                self._dirty.update(("namespace_usage", "claim_users"))
-            self._set_reads(key, NO_POD_READS)
-            pod = self._pods.pop(key, None)
-            if pod is not None:
-                self._unplace(key, pod)
-                self._tombstones[key] = (pod.seen_gen, pod.seen_at)
-            else:
-                self._tombstones.setdefault(key, (self._gen + 1, self.clock()))
-            self._expire_tombstones()
+            self._delete_pod(key)
         elif kind == "nodes":
             if self._base.pop(key, None) is not None:
                 self._refresh_node(key)
@@ -355,21 +251,11 @@ class ClusterCache:
             if self._namespaces.pop(key, None) is not None:
                 self._dirty.add("namespaces")
         elif kind in CLAIM_KINDS:
-            if self._claims[kind].pop(key, None) is not None:
-                self._dirty.update((kind, "namespace_usage"))
-        elif kind in SIZE_KINDS:
-            if self._sizes[kind].pop(key, None) is not None:
-                self._dirty.add("group_sizes")
-        elif kind in POOL_KINDS:
-            if self._pools[kind].pop(key, None) is not None:
-                self._dirty.add("scale_pools")
+            self._claims.put(kind, key, None)
+        elif kind in SIZE_KINDS or kind in POOL_KINDS:
+            self._optional.delete(kind, key)
         elif kind == "configmaps":
-            ns, _, name = key.partition("/")
-            maps = self._config_maps.get(ns, {})
-            if maps.pop(name, None) is not None:
-                self._dirty_config_maps.add(ns)
-                if not maps:
-                    del self._config_maps[ns]
+            self._env.forget(key)
         else:
             ns, _, name = key.partition("/")
             quotas = self._quotas.get(ns, {})
@@ -377,6 +263,24 @@ class ClusterCache:
                 self._dirty.add("quotas")
                 if not quotas:
                     del self._quotas[ns]
+
+    # -- nodes, namespaces, quotas --------------------------------------------------------------
+
+    def _upsert_node(self, kind: str, obj: Mapping[str, Any]) -> None:
+        name = str(meta_of(obj).get("name", ""))
+        if kind == "nodes":
+            try:
+                self._base[name] = node_of(obj)
+            except ValueError as error:
+                self._bad(kind, obj, error)
+                self._base.pop(name, None)
+        else:
+            try:
+                self._inventory[name] = (*inventory_of(obj.get("spec")), toolkit_from_json(obj.get("spec")))
+            except ValueError as error:
+                self._bad(kind, obj, error)
+                self._inventory.pop(name, None)
+        self._refresh_node(name)
 
     def _refresh_node(self, name: str) -> None:
         """Recompute the Node the core sees from its base and inventory, and what depends on it."""
@@ -391,77 +295,64 @@ class ClusterCache:
             return
         if node is None:
             del self._nodes[name]
-            self._usage.pop(name, None)
+            self._book.usage.pop(name, None)
         else:
             self._nodes[name] = node
         self._dirty_nodes = True
-        # the card size sets what memory-less pods count against quotas: recount the node's pods
-        for uid in self._by_node.get(name, ()):
-            pod = self._pods[uid]
-            self._count(pod, -1)
-            pod.taken = self._taken(pod)
-            self._count(pod, +1)
-            self._observe(uid, pod, None)
-        if node is not None:
-            self._recompute_usage(name)
+        self._book.recount(name)
 
-    # -- DRA claims -----------------------------------------------------------------------------
+    def _upsert_namespace(self, obj: Mapping[str, Any]) -> None:
+        name = str(meta_of(obj).get("name", ""))
+        try:
+            namespace = namespace_of(obj)
+        except ValueError as error:
+            self._bad("namespaces", obj, error)
+            self._delete("namespaces", name)
+            return
+        if self._namespaces.get(name) != namespace:
+            self._namespaces[name] = namespace
+            self._dirty.add("namespaces")
+
+    def _upsert_quota(self, obj: Mapping[str, Any]) -> None:
+        name = str(meta_of(obj).get("name", ""))
+        ns = str(meta_of(obj).get("namespace") or "default")
+        try:
+            quota: QuotaLimits | None = quotas_of(obj)
+        except ValueError as error:
+            self._bad("resourcequotas", obj, error)
+            quota = None
+        if quota is None or (quota.gpus, quota.memory_mib, quota.cores) == (None, None, None):
+            self._delete("resourcequotas", f"{ns}/{name}")
+        elif self._quotas.get(ns, {}).get(name) != quota:
+            self._quotas.setdefault(ns, {})[name] = quota
+            self._dirty.add("quotas")
+
+    # -- DRA claims and ConfigMaps --------------------------------------------------------------
 
     def _upsert_claim(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Keep only what counting needs (device requests, who holds the claim), so status churn
-        (allocation results, conditions) that changes none of it publishes nothing."""
         key = self._key(kind, obj)
         try:
             claim: Claim | None = claim_of(obj, CLAIM_ITEM_KINDS[kind])[1]
         except ValueError as error:
             self._bad(kind, obj, error)
             claim = None
-        table = self._claims[kind]
-        if claim is None:
-            if table.pop(key, None) is not None:
-                self._dirty.update((kind, "namespace_usage"))
-        elif table.get(key) != claim:
-            table[key] = claim
-            self._dirty.update((kind, "namespace_usage"))
-
-    def _upsert_sizes(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Keep only the group sizes the object states: status churn (a job's pods running, a PodGroup's
-        phase) changes none of them and publishes nothing."""
-        key = self._key(kind, obj)
-        sizes = sizes_of(obj)
-        table = self._sizes[kind]
-        if not sizes:
-            if table.pop(key, None) is not None:
-                self._dirty.add("group_sizes")
-        elif table.get(key) != sizes:
-            table[key] = sizes
-            self._dirty.add("group_sizes")
+        self._claims.put(kind, key, claim)
 
     def _upsert_config_map(self, obj: Mapping[str, Any]) -> None:
-        """Keep the names of the keys envFrom could turn into isolation variables, nothing else: most
-        ConfigMaps keep none, and an update that changes no such key publishes nothing."""
         try:
             ns, name, keys = config_map_of(obj)
         except ValueError as error:  # unreadable: forgotten, so a pod reading it finds it unresolved
             self._bad("configmaps", obj, error)
-            self._delete("configmaps", self._key("configmaps", obj))
+            self._env.forget(self._key("configmaps", obj))
             return
-        maps = self._config_maps.setdefault(ns, {})
-        if maps.get(name) != keys or name not in maps:
-            maps[name] = keys
-            self._dirty_config_maps.add(ns)
+        self._env.keep(ns, name, keys)
 
     # -- pods -----------------------------------------------------------------------------------
 
     def _upsert_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
         refs = claim_refs(obj)
-        if refs != self._dra_holders.get(key, ("", ()))[1]:
-            if refs:
-                self._dra_holders[key] = (str(meta_of(obj).get("namespace") or "default"), refs)
-            else:
-                del self._dra_holders[key]
-            self._dirty.update(("namespace_usage", "claim_users"))
+        self._claims.hold(key, str(meta_of(obj).get("namespace") or "default"), refs)
         try:
             # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
             annotations = meta_of(obj).get("annotations")
@@ -471,7 +362,7 @@ class ClusterCache:
         except ValueError as error:
             self._bad("pods", obj, error)
             use, host, gpu_like = None, (None, 0, 0), True
-        self._set_reads(key, env_reads(obj, gpu_like or bool(refs)))
+        self._env.set_reads(key, env_reads(obj, gpu_like or bool(refs)))
         node, cpu, memory = (use.node, use.cpu_milli, use.memory_mib_host) if use is not None else host
         pod = self._pods.get(key)
         if pod is not None and pod.use == use and (pod.node, pod.cpu, pod.memory) == (node, cpu, memory):
@@ -483,138 +374,21 @@ class ClusterCache:
             pod = PodRecord(self._seq, stone[0] if stone else self._gen + 1, stone[1] if stone else self.clock())
             self._pods[key] = pod
         else:
-            self._unplace(key, pod)
+            self._book.remove(key, pod)
         pod.use, pod.node, pod.cpu, pod.memory = use, node, cpu, memory
         pod.namespace = use.namespace if use is not None else ""
-        appendable = new and pod.node is not None and self._appendable(pod.node, pod)
-        if pod.node is not None:
-            self._by_node.setdefault(pod.node, set()).add(key)
-            self._index(pod.node, pod.use, +1)
-        pod.taken = self._taken(pod)
-        self._count(pod, +1)
-        self._observe(key, pod, obj)
-        if pod.node is not None and pod.node in self._nodes:
-            if appendable:
-                self._append_usage(pod.node, pod)
-            else:
-                self._recompute_usage(pod.node)
+        self._book.add(key, pod, obj, new)
 
-    def _appendable(self, name: str, pod: PodRecord) -> bool:
-        """Whether a new pod (the newest `seq`) goes last in its node's sum, so that adding its usage on
-        gives what `node_usage` would: it holds no recorded indices, or they are no copy and no pod
-        without recorded indices comes after it."""
-        if self._deferred is not None or name not in self._usage or name not in self._nodes:
-            return False
-        use = pod.use
-        if use is None or use.gpus is None:
-            return True
-        nonces = self._nonces.get(name)
-        copied = use.nonce and nonces and nonces[use.nonce]
-        return not (self._loose[name] or self._copies[name] or copied)
-
-    def _append_usage(self, name: str, pod: PodRecord) -> None:
-        usage = appended_usage(self._nodes[name], self._usage[name], pod)
-        if usage != self._usage[name]:
-            self._usage[name] = usage
-            self._dirty_usage.add(name)
-
-    def _index(self, name: str, use: PodUsage | None, sign: int) -> None:
-        if use is None:
-            return
-        if use.gpus is None:
-            self._loose[name] += sign
-            if self._loose[name] <= 0:
-                del self._loose[name]
-        elif use.nonce:
-            nonces = self._nonces.setdefault(name, Counter())
-            nonces[use.nonce] += sign
-            if nonces[use.nonce] == (2 if sign > 0 else 1):  # a copy appeared or went
-                self._copies[name] += sign
-                if self._copies[name] <= 0:
-                    del self._copies[name]
-            if nonces[use.nonce] <= 0:
-                del nonces[use.nonce]
-                if not nonces:
-                    del self._nonces[name]
-
-    def _set_reads(self, key: str, reads: Reads) -> None:
-        """Record what pod `key` reads through envFrom now (NO_POD_READS: nothing, or gone)."""
-        old = self._reads.get(key, NO_POD_READS)
-        if old == reads:
-            return
-        for namespace, _, found in (old, reads):
-            if found:
-                self._dirty_readers.add(namespace)
-        if old[2]:
-            table = self._readers[old[0]]
-            for read in old[2]:
-                pods = table[read]
-                del pods[key]
-                if not pods:
-                    del table[read]
-            if not table:
-                del self._readers[old[0]]
-        if reads[2]:
-            self._reads[key] = reads
-            table = self._readers.setdefault(reads[0], {})
-            for read in reads[2]:
-                table.setdefault(read, {})[key] = reads[1]
+    def _delete_pod(self, key: str) -> None:
+        self._claims.release(key)
+        self._env.set_reads(key, NO_POD_READS)
+        pod = self._pods.pop(key, None)
+        if pod is not None:
+            self._book.remove(key, pod)
+            self._tombstones[key] = (pod.seen_gen, pod.seen_at)
         else:
-            self._reads.pop(key, None)
-
-    def _observe(self, key: str, pod: PodRecord, obj: Mapping[str, Any] | None) -> None:
-        """Count the pod's shape in the histogram (again, when its node changed: `obj` None)."""
-        old, models = self._shapes.pop(key, (None, ()))
-        self._observed.add(old, -1)
-        if pod.use is None:
-            return
-        if obj is not None:
-            models = models_of(obj, pod.use.vendor)
-        shape = pod_shape(pod.use, models, self._nodes)
-        self._shapes[key] = (shape, models)
-        self._observed.add(shape)
-
-    def _unplace(self, key: str, pod: PodRecord) -> None:
-        self._observed.add(self._shapes.pop(key, (None, ()))[0], -1)
-        self._count(pod, -1)
-        if pod.node is not None:
-            on_node = self._by_node.get(pod.node)
-            if on_node is not None and key in on_node:
-                self._index(pod.node, pod.use, -1)
-                on_node.discard(key)
-                if not on_node:
-                    del self._by_node[pod.node]
-            if pod.node in self._nodes:
-                self._recompute_usage(pod.node)
-
-    def _taken(self, pod: PodRecord) -> Usage:
-        use = pod.use
-        if use is None:
-            return Usage()
-        node = self._nodes.get(use.node or "")
-        card = node.gpus[0].memory_mib if node is not None and node.gpus else 0
-        return usage_of(use.vendor, use.mig, use.count, use.memory_on(card) * use.count, use.cores * use.count)
-
-    def _count(self, pod: PodRecord, sign: int) -> None:
-        if pod.use is None:
-            return
-        self._gpu_pods += sign
-        entry = self._ns_usage.setdefault(pod.namespace, [Usage(), 0])
-        entry[0] = entry[0] + pod.taken if sign > 0 else entry[0] - pod.taken
-        entry[1] += sign
-        if entry[1] == 0:
-            del self._ns_usage[pod.namespace]
-        self._dirty.add("namespace_usage")
-
-    def _recompute_usage(self, name: str) -> None:
-        """A node's usage from its pods, exactly as `build_snapshot` adds them up."""
-        if self._deferred is not None:
-            self._deferred.add(name)
-            return
-        usage = node_usage(self._nodes[name], [self._pods[uid] for uid in self._by_node.get(name, ())])
-        if self._usage.get(name) != usage:
-            self._usage[name] = usage
-            self._dirty_usage.add(name)
+            self._tombstones.setdefault(key, (self._gen + 1, self.clock()))
+        self._expire_tombstones()
 
     def _expire_tombstones(self) -> None:
         now = self.clock()
@@ -624,90 +398,3 @@ class ClusterCache:
         horizon = now - TOMBSTONE_SECONDS
         for uid in [u for u, (_, at) in self._tombstones.items() if at < horizon]:
             del self._tombstones[uid]
-
-    # -- publishing -----------------------------------------------------------------------------
-
-    def _publish(self) -> None:
-        previous = self._published
-        changed: dict[str, NodeUsage] = {}
-        if previous is None or self._dirty_nodes:
-            nodes: Mapping[str, Node] = dict(self._nodes)
-            usage: Mapping[str, NodeUsage] = dict(self._usage)  # one entry per node, kept in step
-        else:
-            nodes = previous.nodes
-            if self._dirty_usage:
-                changed = {n: self._usage[n] for n in self._dirty_usage if n in self._nodes}
-                usage = {**previous.usage, **changed}
-            else:
-                usage = previous.usage
-        dirty = self._dirty if previous is not None else {"namespaces", "quotas", "namespace_usage"}
-        namespaces: Mapping[str, Namespace] = (
-            dict(self._namespaces) if "namespaces" in dirty or previous is None else previous.namespaces
-        )
-        quotas: Mapping[str, tuple[QuotaLimits, ...]] = (
-            {ns: tuple(sorted(qs.values(), key=lambda q: q.name)) for ns, qs in self._quotas.items()}
-            if "quotas" in dirty or previous is None
-            else previous.quotas
-        )
-        ns_usage: Mapping[str, Usage] = (
-            {ns: entry[0] for ns, entry in self._ns_usage.items()}
-            if "namespace_usage" in dirty or previous is None
-            else previous.namespace_usage
-        )
-        classes = self.dra_classes()
-        if self._dra_holders and ("namespace_usage" in dirty or previous is None or self._dirty_nodes
-                                  or classes != self._held_classes):
-            self._held_classes = classes
-            ns_usage = {ns: entry[0] for ns, entry in self._ns_usage.items()}
-            held = held_usage(self._dra_holders, self._claims["resourceclaims"], self._claims["resourceclaimtemplates"],
-                              largest_card(self._nodes), classes)
-            for namespace, use in held.items():
-                ns_usage[namespace] = ns_usage.get(namespace, Usage()) + use
-        users: Mapping[str, Mapping[tuple[str, str], int]] = (
-            claim_users(self._dra_holders) if "claim_users" in dirty or previous is None else previous.claim_users
-        )
-        claims, templates = (
-            dict(self._claims[kind]) if kind in dirty or previous is None else getattr(previous, field)
-            for kind, field in zip(CLAIM_KINDS, ("claims", "claim_templates"), strict=True)
-        )
-        config_maps: Mapping[str, Mapping[str, frozenset[str]]]
-        if previous is None:
-            config_maps = {ns: dict(maps) for ns, maps in self._config_maps.items()}
-        elif self._dirty_config_maps:
-            config_maps = dict(previous.config_maps)
-            for ns in self._dirty_config_maps:
-                if ns in self._config_maps:
-                    config_maps[ns] = dict(self._config_maps[ns])
-                else:
-                    config_maps.pop(ns, None)
-        else:
-            config_maps = previous.config_maps
-        self._dirty_config_maps = set()
-        env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]]
-        if previous is None or self._dirty_readers:
-            env_readers = dict(previous.env_readers) if previous is not None else {}
-            for ns in self._dirty_readers if previous is not None else list(self._readers):
-                if ns in self._readers:
-                    env_readers[ns] = readers_of({read: pods.values() for read, pods in self._readers[ns].items()})
-                else:
-                    env_readers.pop(ns, None)
-        else:
-            env_readers = previous.env_readers
-        self._dirty_readers = set()
-        group_sizes: Mapping[str, int] = (
-            merge_sizes(sizes for table in self._sizes.values() for sizes in table.values())
-            if "group_sizes" in dirty or previous is None else previous.group_sizes
-        )
-        # a NodePool's limits count its nodes: its pool is read again when they change
-        limited = self._dirty_nodes and any(p.limits for table in self._pools.values() for _, p in table.values())
-        pools = (ordered((e for table in self._pools.values() for e in table.values()), self._nodes.values())
-                 if "scale_pools" in dirty or previous is None or limited else previous.scale_pools)
-        published = Snapshot(nodes, usage, namespaces, quotas, ns_usage, claims=claims, claim_templates=templates,
-                             claim_users=users, config_maps=config_maps, env_readers=env_readers,
-                             group_sizes=group_sizes, scale_pools=pools, observed=self._observed.view())
-        if previous is not None:
-            carry_index(previous, published, changed)  # copy-on-write, by the nodes whose usage changed
-        self._published = published
-        self._dirty_nodes = False
-        self._dirty_usage = set()
-        self._dirty = set()

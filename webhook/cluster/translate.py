@@ -317,52 +317,13 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
     for obj in objects:
         if is_cluster_kind(obj):
             by_kind[str(obj["kind"])].append(obj)
-
-    def guarded(kind: str, obj: Mapping[str, Any], build: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return build(obj, *args)
-        except ValueError as err:
-            name = _map(obj.get("metadata")).get("name", "?")
-            message = f"{kind} {name}: {err}"
-            if on_error is None:
-                raise ValueError(message) from None
-            on_error(message)
-            return None
-
-    inventories = {_map(o.get("metadata")).get("name"): o for o in by_kind["GPUInventory"]}
-    nodes: dict[str, Node] = {}
-    for obj in by_kind["Node"]:
-        name = _map(obj.get("metadata")).get("name")
-        inventory = inventories.get(name)
-        node = guarded("GPUInventory" if inventory else "Node", obj, node_of, inventory)
-        if node is None and inventory is not None:
-            node = guarded("Node", obj, node_of)
-        if node is not None:
-            nodes[node.name] = node
-    gpu_use: dict[str, list[GpuUsage]] = {n: [GpuUsage()] * len(node.gpus) for n, node in nodes.items()}
-    host: dict[str, list[int]] = {n: [0, 0, 0] for n in nodes}  # cpu, memory, GPU tasks
-    namespace_usage: dict[str, Usage] = {}
+    guarded = _guard(on_error)
+    nodes = _nodes_of(by_kind, guarded)
     uses = [(pod_usage_of(p), p) for p in by_kind["Pod"]]
     copies = repeated((u.node, u.nonce) for u, _ in uses if u is not None and u.gpus is not None and u.nonce)
     if copies:  # a record two pods present: neither's GPU indices are trusted (held.py)
         uses = [(replace(u, gpus=None) if u is not None and (u.node, u.nonce) in copies else u, p) for u, p in uses]
-    for use, pod in sorted(uses, key=_placement_order):
-        if use is None:
-            node_name, cpu, memory = host_usage_of(pod)
-            if node_name in host:
-                host[node_name][0] += cpu
-                host[node_name][1] += memory
-            continue
-        card = 0
-        if use.node in nodes:
-            node = nodes[use.node]
-            place_usage(node, gpu_use[use.node], use)
-            card = node.gpus[0].memory_mib if node.gpus else 0
-            host[use.node][0] += use.cpu_milli
-            host[use.node][1] += use.memory_mib_host
-            host[use.node][2] += 1
-        taken = usage_of(use.vendor, use.mig, use.count, use.memory_on(card) * use.count, use.cores * use.count)
-        namespace_usage[use.namespace] = namespace_usage.get(use.namespace, Usage()) + taken
+    usage, namespace_usage = _usage_of(nodes, uses)
     quotas: dict[str, list[QuotaLimits]] = {}
     for obj in by_kind["ResourceQuota"]:
         quota = guarded("ResourceQuota", obj, quotas_of)
@@ -398,7 +359,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
             namespaces[namespace.name] = namespace
     return Snapshot(
         nodes=nodes,
-        usage={n: NodeUsage(tuple(gpu_use[n]), host[n][0], host[n][1], host[n][2]) for n in nodes},
+        usage=usage,
         namespaces=namespaces,
         quotas={ns: tuple(sorted(qs, key=lambda q: q.name)) for ns, qs in quotas.items()},
         namespace_usage=namespace_usage,
@@ -412,3 +373,66 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]], on_error: Callable[[str
         scale_pools=pools_of((o for kind in sorted(POOL_KIND_NAMES) for o in by_kind[kind]), nodes.values()),
         observed=observed_of(uses, nodes),
     )
+
+
+Guard = Callable[..., Any]
+
+
+def _guard(on_error: Callable[[str], None] | None) -> Guard:
+    """`guarded(kind, obj, build, *args)`: `build(obj, *args)`, whose ValueError is raised again naming the
+    object ("Node n1: ..."), or, with `on_error`, reported there and answered with None."""
+
+    def guarded(kind: str, obj: Mapping[str, Any], build: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return build(obj, *args)
+        except ValueError as err:
+            name = _map(obj.get("metadata")).get("name", "?")
+            message = f"{kind} {name}: {err}"
+            if on_error is None:
+                raise ValueError(message) from None
+            on_error(message)
+            return None
+
+    return guarded
+
+
+def _nodes_of(by_kind: Mapping[str, list[Mapping[str, Any]]], guarded: Guard) -> dict[str, Node]:
+    """The Nodes, each with its GPUInventory when it has a readable one (else read from its labels)."""
+    inventories = {_map(o.get("metadata")).get("name"): o for o in by_kind["GPUInventory"]}
+    nodes: dict[str, Node] = {}
+    for obj in by_kind["Node"]:
+        name = _map(obj.get("metadata")).get("name")
+        inventory = inventories.get(name)
+        node = guarded("GPUInventory" if inventory else "Node", obj, node_of, inventory)
+        if node is None and inventory is not None:
+            node = guarded("Node", obj, node_of)
+        if node is not None:
+            nodes[node.name] = node
+    return nodes
+
+
+def _usage_of(nodes: Mapping[str, Node], uses: list[tuple[PodUsage | None, Mapping[str, Any]]],
+              ) -> tuple[dict[str, NodeUsage], dict[str, Usage]]:
+    """Each node's usage and each namespace's GPU usage, the pods added up in placement order."""
+    gpu_use: dict[str, list[GpuUsage]] = {n: [GpuUsage()] * len(node.gpus) for n, node in nodes.items()}
+    host: dict[str, list[int]] = {n: [0, 0, 0] for n in nodes}  # cpu, memory, GPU tasks
+    namespace_usage: dict[str, Usage] = {}
+    for use, pod in sorted(uses, key=_placement_order):
+        if use is None:
+            node_name, cpu, memory = host_usage_of(pod)
+            if node_name in host:
+                host[node_name][0] += cpu
+                host[node_name][1] += memory
+            continue
+        card = 0
+        if use.node in nodes:
+            node = nodes[use.node]
+            place_usage(node, gpu_use[use.node], use)
+            card = node.gpus[0].memory_mib if node.gpus else 0
+            host[use.node][0] += use.cpu_milli
+            host[use.node][1] += use.memory_mib_host
+            host[use.node][2] += 1
+        taken = usage_of(use.vendor, use.mig, use.count, use.memory_on(card) * use.count, use.cores * use.count)
+        namespace_usage[use.namespace] = namespace_usage.get(use.namespace, Usage()) + taken
+    usage = {n: NodeUsage(tuple(gpu_use[n]), host[n][0], host[n][1], host[n][2]) for n in nodes}
+    return usage, namespace_usage

@@ -350,6 +350,99 @@ def _capacity(data: Mapping[str, Any]) -> dict[str, Any]:
     return {"scale_from_zero": pools}
 
 
+def _defaults(data: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    _known(data, "defaults", POLICY_FIELDS["defaults"])
+    out: dict[str, Any] = {}
+    if "placement" in data:
+        out["placement"] = _placement(data["placement"], "defaults.placement", names)
+    if "gpuPlacement" in data:
+        out["gpu_placement"] = _choice(data["gpuPlacement"], "defaults.gpuPlacement", GPU_PLACEMENTS)
+    if "topology" in data:
+        topo = _choice(data["topology"], "defaults.topology", tuple(t.value for t in TopologyPreference))
+        out["topology"] = TopologyPreference(topo)
+    if "backend" in data:
+        out["backend"] = _choice(data["backend"], "defaults.backend", BACKENDS)
+    if "sliceDefaults" in data:
+        out["slice_defaults"] = _choice(data["sliceDefaults"], "defaults.sliceDefaults", SLICE_DEFAULTS)
+    for key, attr in (("memoryPercent", "memory_percent"), ("coresPercent", "cores_percent")):
+        if data.get(key) is not None:
+            out[attr] = _int(data[key], f"defaults.{key}", 1, 100)
+    if "tolerations" in data:
+        out["tolerations"] = _tolerations(data["tolerations"], "defaults.tolerations")
+    if "preferredNodes" in data:
+        out["preferred_nodes"] = _int(data["preferredNodes"], "defaults.preferredNodes", 0, 20)
+    if "maxAffinityNodes" in data:
+        out["max_affinity_nodes"] = _int(data["maxAffinityNodes"], "defaults.maxAffinityNodes", 1)
+    return out
+
+
+def _topology_loss(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "topologyLoss", POLICY_FIELDS["topologyLoss"])
+    table = dict(DEFAULT_TOPOLOGY_LOSS)
+    for key, value in data.items():
+        table[TopologyClass(key)] = _number(value, f"topologyLoss.{key}", 0.0, 1.0)
+    if not table[TopologyClass.NVLINK] <= table[TopologyClass.MIXED] <= table[TopologyClass.PCIE]:
+        raise PolicyError("topologyLoss", "expected nvlink <= mixed <= pcie")
+    return {"topology_loss": table}
+
+
+def _stale(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "stale", POLICY_FIELDS["stale"])
+    out: dict[str, Any] = {}
+    if "afterSeconds" in data:
+        out["stale_after_seconds"] = _number(data["afterSeconds"], "stale.afterSeconds", 1.0)
+    if "graceSeconds" in data:
+        out["stale_grace_seconds"] = _number(data["graceSeconds"], "stale.graceSeconds", 0.0)
+    if "action" in data:
+        out["on_stale"] = _choice(data["action"], "stale.action", ON_STALE)
+    return out
+
+
+def _reservations(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "reservations", POLICY_FIELDS["reservations"])
+    if "ttlSeconds" in data:
+        return {"reservation_ttl_seconds": _number(data["ttlSeconds"], "reservations.ttlSeconds", 1.0)}
+    return {}
+
+
+def _workload_mix(mix: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if mix in MIX_SOURCES or mix == []:  # an empty list: as before, learned
+        out["workload_mix_source"] = mix or "learn"
+        mix = []
+    elif not isinstance(mix, list):
+        raise PolicyError("workloadMix", "expected learn, default, or a list of {gpus, milli, weight}")
+    else:
+        out["workload_mix_source"] = "fixed"
+    entries = []
+    for i, raw in enumerate(mix):
+        item = _mapping(raw, f"workloadMix[{i}]")
+        _known(item, f"workloadMix[{i}]", POLICY_FIELDS["workloadMix[]"])
+        entries.append(
+            MixEntry(
+                gpus=_int(item.get("gpus", 1), f"workloadMix[{i}].gpus", 1, 64),
+                milli=_int(item.get("milli", 1000), f"workloadMix[{i}].milli", 1, 1000),
+                weight=_number(item.get("weight", 1.0), f"workloadMix[{i}].weight", 0.0),
+            )
+        )
+    if mix and not any(e.weight > 0 for e in entries):
+        raise PolicyError("workloadMix", "every weight is 0; give one a weight above 0")
+    out["workload_mix"] = tuple(entries)
+    return out
+
+
+def _isolation(data: Mapping[str, Any]) -> dict[str, Any]:
+    _known(data, "isolation", POLICY_FIELDS["isolation"])
+    out: dict[str, Any] = {}
+    if "gpuRuntimeClasses" in data:
+        out["gpu_runtime_classes"] = _strings(data["gpuRuntimeClasses"], "isolation.gpuRuntimeClasses")
+    for key, attr, choices in (("unresolvedEnvFrom", "unresolved_env_from", ENV_FROM_ACTIONS),
+                               ("nonGpuAccess", "non_gpu_access", ISOLATION_ACTIONS)):
+        if key in data:
+            out[attr] = _choice(data[key], f"isolation.{key}", choices)
+    return out
+
+
 def parse_policy(
     data: Any, scorers: Mapping[str, Callable[..., float]] | None = None
 ) -> Policy:
@@ -358,89 +451,22 @@ def parse_policy(
     names = BUILTIN_PLACEMENTS + tuple(sorted(scorers))
     root = _mapping(data, "(top level)")
     _known(root, "", POLICY_FIELDS[""])
-    defaults = _mapping(root.get("defaults"), "defaults")
-    _known(defaults, "defaults", POLICY_FIELDS["defaults"])
     kwargs: dict[str, Any] = {"scorers": scorers}
-    if "placement" in defaults:
-        kwargs["placement"] = _placement(defaults["placement"], "defaults.placement", names)
-    if "gpuPlacement" in defaults:
-        kwargs["gpu_placement"] = _choice(defaults["gpuPlacement"], "defaults.gpuPlacement", GPU_PLACEMENTS)
-    if "topology" in defaults:
-        topo = _choice(defaults["topology"], "defaults.topology", tuple(t.value for t in TopologyPreference))
-        kwargs["topology"] = TopologyPreference(topo)
-    if "backend" in defaults:
-        kwargs["backend"] = _choice(defaults["backend"], "defaults.backend", BACKENDS)
-    if "sliceDefaults" in defaults:
-        kwargs["slice_defaults"] = _choice(defaults["sliceDefaults"], "defaults.sliceDefaults", SLICE_DEFAULTS)
-    for key, attr in (("memoryPercent", "memory_percent"), ("coresPercent", "cores_percent")):
-        if defaults.get(key) is not None:
-            kwargs[attr] = _int(defaults[key], f"defaults.{key}", 1, 100)
-    if "tolerations" in defaults:
-        kwargs["tolerations"] = _tolerations(defaults["tolerations"], "defaults.tolerations")
-    if "preferredNodes" in defaults:
-        kwargs["preferred_nodes"] = _int(defaults["preferredNodes"], "defaults.preferredNodes", 0, 20)
-    if "maxAffinityNodes" in defaults:
-        kwargs["max_affinity_nodes"] = _int(defaults["maxAffinityNodes"], "defaults.maxAffinityNodes", 1)
-
+    kwargs.update(_defaults(_mapping(root.get("defaults"), "defaults"), names))
     if "topologyLoss" in root:
-        loss = _mapping(root["topologyLoss"], "topologyLoss")
-        _known(loss, "topologyLoss", POLICY_FIELDS["topologyLoss"])
-        table = dict(DEFAULT_TOPOLOGY_LOSS)
-        for key, value in loss.items():
-            table[TopologyClass(key)] = _number(value, f"topologyLoss.{key}", 0.0, 1.0)
-        if not table[TopologyClass.NVLINK] <= table[TopologyClass.MIXED] <= table[TopologyClass.PCIE]:
-            raise PolicyError("topologyLoss", "expected nvlink <= mixed <= pcie")
-        kwargs["topology_loss"] = table
+        kwargs.update(_topology_loss(_mapping(root["topologyLoss"], "topologyLoss")))
     if "whenFull" in root:
         kwargs["when_full"] = _choice(root["whenFull"], "whenFull", WHEN_FULL)
     if "managedNamespaces" in root:
         kwargs["managed_namespaces"] = _choice(root["managedNamespaces"], "managedNamespaces", MANAGED_MODES)
     if "stale" in root:
-        stale = _mapping(root["stale"], "stale")
-        _known(stale, "stale", POLICY_FIELDS["stale"])
-        if "afterSeconds" in stale:
-            kwargs["stale_after_seconds"] = _number(stale["afterSeconds"], "stale.afterSeconds", 1.0)
-        if "graceSeconds" in stale:
-            kwargs["stale_grace_seconds"] = _number(stale["graceSeconds"], "stale.graceSeconds", 0.0)
-        if "action" in stale:
-            kwargs["on_stale"] = _choice(stale["action"], "stale.action", ON_STALE)
+        kwargs.update(_stale(_mapping(root["stale"], "stale")))
     if "reservations" in root:
-        res = _mapping(root["reservations"], "reservations")
-        _known(res, "reservations", POLICY_FIELDS["reservations"])
-        if "ttlSeconds" in res:
-            kwargs["reservation_ttl_seconds"] = _number(res["ttlSeconds"], "reservations.ttlSeconds", 1.0)
+        kwargs.update(_reservations(_mapping(root["reservations"], "reservations")))
     if "workloadMix" in root:
-        mix = root["workloadMix"]
-        if mix in MIX_SOURCES or mix == []:  # an empty list: as before, learned
-            kwargs["workload_mix_source"] = mix or "learn"
-            mix = []
-        elif not isinstance(mix, list):
-            raise PolicyError("workloadMix", "expected learn, default, or a list of {gpus, milli, weight}")
-        else:
-            kwargs["workload_mix_source"] = "fixed"
-        entries = []
-        for i, raw in enumerate(mix):
-            item = _mapping(raw, f"workloadMix[{i}]")
-            _known(item, f"workloadMix[{i}]", POLICY_FIELDS["workloadMix[]"])
-            entries.append(
-                MixEntry(
-                    gpus=_int(item.get("gpus", 1), f"workloadMix[{i}].gpus", 1, 64),
-                    milli=_int(item.get("milli", 1000), f"workloadMix[{i}].milli", 1, 1000),
-                    weight=_number(item.get("weight", 1.0), f"workloadMix[{i}].weight", 0.0),
-                )
-            )
-        if mix and not any(e.weight > 0 for e in entries):
-            raise PolicyError("workloadMix", "every weight is 0; give one a weight above 0")
-        kwargs["workload_mix"] = tuple(entries)
+        kwargs.update(_workload_mix(root["workloadMix"]))
     if "isolation" in root:
-        iso = _mapping(root["isolation"], "isolation")
-        _known(iso, "isolation", POLICY_FIELDS["isolation"])
-        if "gpuRuntimeClasses" in iso:
-            kwargs["gpu_runtime_classes"] = _strings(iso["gpuRuntimeClasses"], "isolation.gpuRuntimeClasses")
-        for key, attr, choices in (("unresolvedEnvFrom", "unresolved_env_from", ENV_FROM_ACTIONS),
-                                   ("nonGpuAccess", "non_gpu_access", ISOLATION_ACTIONS)):
-            if key in iso:
-                kwargs[attr] = _choice(iso[key], f"isolation.{key}", choices)
+        kwargs.update(_isolation(_mapping(root["isolation"], "isolation")))
     if "dra" in root:
         kwargs.update(_dra(_mapping(root["dra"], "dra")))
     if "groupTopology" in root:

@@ -38,6 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reservations of admitted pods are shared by all admissions; several workers would each keep their "
         "own and are refused unless the live cluster keeps them (--reservations api)."
     )
+    _source_arguments(parser)
+    _server_arguments(parser)
+    _reservation_arguments(parser)
+    parser.add_argument(
+        "--service",
+        default=DEFAULT_SERVICE,
+        metavar="NAME",
+        help="Service name in development certificates (default gpu-admission)",
+    )
+
+
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the cluster state and the policy come from."""
     parser.add_argument(
         "--cluster",
         action="append",
@@ -50,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context (with --kubeconfig)")
     parser.add_argument("--in-cluster", action="store_true", help="watch the cluster this pod runs in")
     parser.add_argument("--policy", metavar="FILE", help="policy YAML, re-read when it changes (default: built-in)")
+
+
+def _server_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the server listens: certificates, addresses, processes and threads, TLS, logging."""
     parser.add_argument(
         "--cert-dir",
         default="certs",
@@ -84,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-min", choices=("1.2", "1.3"), default="1.2", help="minimum TLS version (default 1.2)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+def _reservation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where admitted pods are recorded until the watch sees them, and who decides."""
     parser.add_argument(
         "--namespace",
         metavar="NS",
@@ -112,12 +133,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --reservations api: the longest one admission may spend on the shared ledger, retries "
         "included; keep it under the webhooks' timeoutSeconds so that nothing is reserved for a pod the API "
         "server already gave up on (default 3.5, for the chart's 5 s)",
-    )
-    parser.add_argument(
-        "--service",
-        default=DEFAULT_SERVICE,
-        metavar="NAME",
-        help="Service name in development certificates (default gpu-admission)",
     )
 
 

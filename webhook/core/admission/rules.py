@@ -143,6 +143,32 @@ def _satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Ref
     eligible = [s for s in reachable if model_allowed(s.template.gpu_model, request, rule.allowed_models)]
     if not eligible:
         return _no_model(request, rule.allowed_models, models, where)
+    within = f" matching {where}" if where else ""
+    too_large = _too_large(request, eligible, where, request.topology or policy.topology)
+    if too_large is not None:
+        return too_large
+    if request.uuids_include:
+        usable = {id(s) for s in eligible}
+        found = [statics.uuid_node.get(u) for u in request.uuids_include]
+        if not any(w and id(statics.shape_of[w[0]]) in usable and (reach is None or _admits(reach, statics, w[0]))
+                   for w in found):
+            return Refusal(
+                "no-such-uuid", 422,
+                f"asks for GPU UUIDs {', '.join(request.uuids_include)} ({selector_names(request.vendor)[2]}); "
+                f"no eligible node{within} has any of them",
+            )
+    return Refusal(
+        "unschedulable", 422,
+        f"no node{within} could ever host {request.gpus} GPU(s) with these constraints (CPU "
+        f"{request.cpu_milli}m, memory {request.memory_mib_host} MiB, model, UUID and topology filters): "
+        "relax the request",
+    )
+
+
+def _too_large(request: PodRequest, eligible: list[Shape], where: str,
+               topology: TopologyPreference) -> Refusal | None:
+    """Why no eligible node could hold the request's size (GPU count, NVLink-connected set, card memory),
+    or None. `where` names the node constraints that narrowed the nodes ("" when none did)."""
     largest = max(len(s.template.gpus) for s in eligible)
     if request.gpus > largest:
         if where:
@@ -157,7 +183,6 @@ def _satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Ref
             f"ask for at most {largest}, or split the job into several pods",
         )
     within = f" matching {where}" if where else ""
-    topology = request.topology or policy.topology
     largest_nvlink = max(largest_nvlink_clique(s.template) for s in eligible)
     if topology is TopologyPreference.REQUIRED and request.gpus > largest_nvlink:
         return Refusal(
@@ -184,22 +209,7 @@ def _satisfiable(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Ref
             f"asks for {request.memory_mib} MiB of GPU memory per GPU; the largest eligible card{within} has "
             f"{largest_card} MiB: lower {memory_name(request.vendor)} to at most {largest_card}",
         )
-    if request.uuids_include:
-        usable = {id(s) for s in eligible}
-        found = [statics.uuid_node.get(u) for u in request.uuids_include]
-        if not any(w and id(statics.shape_of[w[0]]) in usable and (reach is None or _admits(reach, statics, w[0]))
-                   for w in found):
-            return Refusal(
-                "no-such-uuid", 422,
-                f"asks for GPU UUIDs {', '.join(request.uuids_include)} ({selector_names(request.vendor)[2]}); "
-                f"no eligible node{within} has any of them",
-            )
-    return Refusal(
-        "unschedulable", 422,
-        f"no node{within} could ever host {request.gpus} GPU(s) with these constraints (CPU "
-        f"{request.cpu_milli}m, memory {request.memory_mib_host} MiB, model, UUID and topology filters): "
-        "relax the request",
-    )
+    return None
 
 
 def _admits(reach: ShapeReach, statics: Statics, name: str) -> bool:

@@ -135,9 +135,7 @@ class ClusterCache:
         """The current snapshot and the generation it reflects (for `counted`)."""
         with self._lock:
             self._claims.check_classes(self.dra_classes)
-            if (self._published is None or self._dirty_nodes or self._book.changed or self._dirty
-                    or self._book.namespaces_changed or self._claims.changed or self._env.pending()
-                    or self._optional.changed):
+            if self._published is None or self._changed():
                 self._published = publish(
                     self._published, nodes_changed=self._dirty_nodes, sections=self._dirty, nodes=self._nodes,
                     namespaces=self._namespaces, quotas=self._quotas, book=self._book, claims=self._claims,
@@ -145,6 +143,11 @@ class ClusterCache:
                 self._dirty_nodes = False
                 self._dirty = set()
             return self._published, self._gen
+
+    def _changed(self) -> bool:
+        """Whether anything the snapshot holds changed since it was published."""
+        return bool(self._dirty_nodes or self._dirty or self._book.changed or self._book.namespaces_changed
+                    or self._claims.changed or self._env.pending() or self._optional.changed)
 
     def counted(self, uid: str, generation: int) -> bool:
         """True when the snapshot of `generation` already reflects pod `uid` (running or gone), so a

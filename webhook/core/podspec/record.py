@@ -199,23 +199,16 @@ def sealing_key(key: RecordKey) -> bytes:
 
 def seal(text: str, shape: str, key: bytes) -> str:
     """HMAC-SHA256 (128 bits, hex) of the record's text and the pod's shape."""
-    inner, outer = _hmac_pads(key)
-    digest = inner.copy()
-    digest.update(f"{text}\n{shape}".encode())
-    final = outer.copy()
-    final.update(digest.digest())
-    return final.digest()[:16].hex()
+    mac = _keyed(key).copy()
+    mac.update(f"{text}\n{shape}".encode())
+    return mac.digest()[:16].hex()
 
 
 @lru_cache(maxsize=8)
-def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
-    """HMAC's inner and outer SHA-256 states with the key absorbed (RFC 2104), once per key: hmac.digest
-    sets the key up and looks the hash up on every call, which costs more than hashing the record."""
-    block = (hashlib.sha256(key).digest() if len(key) > 64 else key).ljust(64, b"\0")
-    return hashlib.sha256(block.translate(_XOR_36)), hashlib.sha256(block.translate(_XOR_5C))
-
-
-_XOR_36, _XOR_5C = bytes(b ^ 0x36 for b in range(256)), bytes(b ^ 0x5C for b in range(256))
+def _keyed(key: bytes) -> hmac.HMAC:
+    """An HMAC with the key already absorbed, copied for each record: setting the key up costs more than
+    hashing a record."""
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def sealed_text(allocation: Allocation, required: Mapping[str, Any] | None, shape: str, key: RecordKey,
@@ -269,30 +262,7 @@ def read_sealed(raw: object, shape: str, key: RecordKey) -> Sealed | str:
     if len(given) != 32 or not given.isascii() or not any(
             hmac.compare_digest(given, seal(raw[:at] + "}", shape, k)) for k in keys):
         return "its seal does not verify: someone other than this webhook wrote or changed it"
-    # Pods with one allocation (node, GPUs, requirement) carry one record but for its nonce: the parse of
-    # the rest is kept, keyed by the text without the nonce and where it stood.
-    start, end = _nonce_span(raw, at)
-    first = start + len(_NONCE_MEMBER)
-    nonce = raw[first:end]
-    # A nonce that is its own JSON text (a UUID, hex digits): any other such one parses alike.
-    if end < 0 or not nonce.isascii() or not (nonce.isalnum() or nonce.replace("-", "").isalnum()):
-        return _parsed(raw)
-    cache_key = (start, raw[:start] + raw[end:at])
-    known = _PARSED.get(cache_key)
-    if known is None:
-        parsed = _parsed(raw)
-        # Kept only when that member is the record's one "nonce" (no escapes, named once): then any text
-        # with this key is this one with another plain nonce there, and parses the same but for it.
-        if (isinstance(parsed, str) or parsed.nonce != nonce or raw.count('"nonce"', 0, at) != 1
-                or "\\" in raw):
-            return parsed
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[cache_key] = parsed.allocation, _fresh(parsed.required), _fresh(parsed.group_required)
-        return parsed
-    allocation, required, group_required = known
-    # The requirements are the caller's own, as a parse gives them (a patch may carry them on).
-    return Sealed(allocation, _fresh(required), _fresh(group_required), nonce)
+    return _parsed(raw)
 
 
 _NONCE_MEMBER = f',"{NONCE}":"'
@@ -313,26 +283,6 @@ def record_nonce(raw: object) -> str:
     at = raw.rfind(_SEAL_KEY)
     start, end = _nonce_span(raw, at if at > 0 else len(raw))
     return raw[start + len(_NONCE_MEMBER):end] if end > 0 else ""
-_PARSED: dict[tuple[int, str], tuple[Allocation, Mapping[str, Any] | None, Mapping[str, Any] | None]] = {}
-_PARSED_MAX = 1024
-
-
-def _fresh(value: Any) -> Any:
-    """A copy of a parsed JSON value, as json.loads would make it anew (strings, numbers shared)."""
-    if type(value) is dict:
-        copy = value.copy()
-        for name, item in value.items():
-            if type(item) not in _ATOMS:
-                copy[name] = _fresh(item)
-        return copy
-    if type(value) is list:
-        return value.copy() if _ATOMS.issuperset(map(type, value)) else [_fresh(item) for item in value]
-    return value
-
-
-_ATOMS = frozenset((str, int, float, bool, type(None)))
-
-
 def _parsed(raw: str) -> Sealed | str:
     """The sealed text `raw`, parsed: the record, or why it is malformed."""
     try:

@@ -18,12 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.admission.dra import claim_refs
-from webhook.core.admission.isolation import NO_POD_READS, env_reads
+from webhook.core.admission.isolation import NO_POD_READS
 from webhook.core.domain.model import Claim, Namespace, Node, QuotaLimits, Snapshot
-from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.inventory import toolkit_from_json
-from webhook.core.podspec.resources import is_gpu_pod
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .cache_claims import CLAIM_ITEM_KINDS, CLAIM_KINDS, ClaimTables
@@ -31,15 +28,14 @@ from .cache_envfrom import EnvFromTables
 from .cache_optional import POOL_KINDS, SIZE_KINDS, OptionalKinds
 from .cache_publish import publish
 from .cache_usage import UsageBook
+from .pod_read import PodRead, read_pod
 from .podrecords import PodRecord, meta_of, pod_key
 from .translate import (
     claim_of,
     config_map_of,
-    host_usage_of,
     inventory_of,
     namespace_of,
     node_of,
-    pod_usage_of,
     quotas_of,
 )
 
@@ -99,9 +95,10 @@ class ClusterCache:
                 self._book.defer()
         try:
             for obj in items:
+                read = read_pod(obj) if kind == "pods" else None  # parsed before the lock: see apply
                 with self._lock:
                     keep.add(self._key(kind, obj))
-                    self._upsert(kind, obj)
+                    self._upsert(kind, obj, read)
                     self._gen += 1
         finally:
             if first:
@@ -116,11 +113,14 @@ class ClusterCache:
             self._gen += 1
 
     def apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        # A pod is read (resources, usage, envFrom reads) before the lock that admissions take to read the
+        # snapshot: a large pod costs its own event, never another tenant's admission.
+        read = read_pod(obj) if kind == "pods" and event_type != "DELETED" else None
         with self._lock:
             if event_type == "DELETED":
                 self._delete(kind, self._key(kind, obj))
             else:
-                self._upsert(kind, obj)
+                self._upsert(kind, obj, read)
             self._gen += 1
 
     def heard(self, kind: str) -> None:
@@ -225,9 +225,9 @@ class ClusterCache:
         self.errors += 1
         log.warning("%s %s: %s (ignored)", kind, meta_of(obj).get("name", "?"), error)
 
-    def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def _upsert(self, kind: str, obj: Mapping[str, Any], read: PodRead | None = None) -> None:
         if kind == "pods":
-            self._upsert_pod(obj)
+            self._upsert_pod(obj, read)
         elif kind in POOL_KINDS or kind in SIZE_KINDS:
             self._optional.upsert(kind, self._key(kind, obj), obj)
         elif kind in CLAIM_KINDS:
@@ -352,21 +352,14 @@ class ClusterCache:
 
     # -- pods -----------------------------------------------------------------------------------
 
-    def _upsert_pod(self, obj: Mapping[str, Any]) -> None:
-        key = pod_key(obj)
-        refs = claim_refs(obj)
-        self._claims.hold(key, str(meta_of(obj).get("namespace") or "default"), refs)
-        try:
-            # Most pods hold no GPU: one cheap look settles that, and only their host usage is parsed.
-            annotations = meta_of(obj).get("annotations")
-            gpu_like = bool(is_gpu_pod(obj) or (isinstance(annotations, Mapping) and ALLOCATION in annotations))
-            use = pod_usage_of(obj) if gpu_like else None
-            host = host_usage_of(obj) if use is None else (None, 0, 0)
-        except ValueError as error:
-            self._bad("pods", obj, error)
-            use, host, gpu_like = None, (None, 0, 0), True
-        self._env.set_reads(key, env_reads(obj, gpu_like or bool(refs)))
-        node, cpu, memory = (use.node, use.cpu_milli, use.memory_mib_host) if use is not None else host
+    def _upsert_pod(self, obj: Mapping[str, Any], read: PodRead | None = None) -> None:
+        read = read or read_pod(obj)
+        if read.error is not None:
+            self._bad("pods", obj, read.error)
+        key = read.key
+        self._claims.hold(key, read.namespace, read.refs)
+        self._env.set_reads(key, read.reads)
+        use, (node, cpu, memory) = read.use, read.host
         pod = self._pods.get(key)
         if pod is not None and pod.use == use and (pod.node, pod.cpu, pod.memory) == (node, cpu, memory):
             return  # a status update that changes nothing we count
@@ -380,7 +373,7 @@ class ClusterCache:
             self._book.remove(key, pod)
         pod.use, pod.node, pod.cpu, pod.memory = use, node, cpu, memory
         pod.namespace = use.namespace if use is not None else ""
-        self._book.add(key, pod, obj, new)
+        self._book.add(key, pod, read.models, new)
 
     def _delete_pod(self, key: str) -> None:
         self._claims.release(key)

@@ -18,7 +18,7 @@ from webhook.core.domain.model import Node, NodeUsage, Usage, usage_of
 from webhook.core.domain.shapes import Shape
 from webhook.core.placement.mixlearn import Histogram
 
-from .observe import models_of, pod_shape
+from .observe import pod_shape
 from .podrecords import PodRecord, appended_usage, node_usage
 from .podusage import PodUsage
 
@@ -63,15 +63,16 @@ class UsageBook:
 
     # -- pods -----------------------------------------------------------------------------------
 
-    def add(self, key: str, pod: PodRecord, obj: Mapping[str, Any], new: bool) -> None:
-        """Count pod `key`, just read from `obj`: on its node, in its namespace, in the shapes."""
+    def add(self, key: str, pod: PodRecord, models: tuple[str, ...], new: bool) -> None:
+        """Count pod `key`, just read (its GPU `models`, from its node constraints): on its node, in its
+        namespace, in the shapes."""
         appendable = new and pod.node is not None and self._appendable(pod.node, pod)
         if pod.node is not None:
             self.by_node.setdefault(pod.node, set()).add(key)
             self._index(pod.node, pod.use, +1)
         pod.taken = self.taken(pod)
         self.count(pod, +1)
-        self.observe(key, pod, obj)
+        self.observe(key, pod, models)
         if pod.node is not None and pod.node in self._nodes:
             if appendable:
                 self._append(pod.node, pod)
@@ -175,14 +176,13 @@ class UsageBook:
             del self.namespaces[pod.namespace]
         self.namespaces_changed = True
 
-    def observe(self, key: str, pod: PodRecord, obj: Mapping[str, Any] | None) -> None:
-        """Count the pod's shape in the histogram (again, when its node changed: `obj` None)."""
-        old, models = self._shapes.pop(key, (None, ()))
+    def observe(self, key: str, pod: PodRecord, models: tuple[str, ...] | None) -> None:
+        """Count the pod's shape in the histogram (again, when its node changed: `models` None, kept)."""
+        old, kept = self._shapes.pop(key, (None, ()))
         self.observed.add(old, -1)
         if pod.use is None:
             return
-        if obj is not None:
-            models = models_of(obj, pod.use.vendor)
+        models = kept if models is None else models
         shape = pod_shape(pod.use, models, self._nodes)
         self._shapes[key] = (shape, models)
         self.observed.add(shape)

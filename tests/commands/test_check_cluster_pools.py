@@ -45,6 +45,7 @@ def test_check_admits_the_8_gpu_pod_to_wait_for_the_nodepool_and_names_it(tmp_pa
     assert any("waits for capacity from NodePool h100" in w for w in result["warnings"])
     assert result["allocation"]["node"] is None
     assert result["allocation"]["awaitingPool"] == "NodePool/h100"
+    assert result["reason"] == "awaiting-capacity"  # as the webhook's mutation says it
     code, text = check(capsys, "--cluster", cluster, manifest)
     assert code == 0 and "waits for a new node of NodePool/h100" in text
 

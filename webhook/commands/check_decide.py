@@ -168,6 +168,7 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
 
     from webhook.cluster.observe import with_pod as observed_with
     from webhook.core.admission import admit
+    from webhook.core.placement.capacity import AWAITING
     from webhook.core.placement.state import with_allocation
     from webhook.core.podspec.record import allocation_to_json
 
@@ -201,6 +202,8 @@ def _decide(item: Any, snapshot: Any, policy: Any, namespace: str, lws_size: int
             result.patch = [dict(op) for op in mutated.patch]
             result.allocation = allocation_to_json(mutated.allocation) if mutated.allocation else None
             result.message, result.reason = decision.message, decision.reason
+            if decision.allowed and mutated.reason == AWAITING:  # the webhook's own word for it
+                result.reason = AWAITING
         _add_warnings(result, (*mutated.warnings, *decision.warnings), replica + 1)
         if not decision.allowed:
             result.allowed, result.code, result.reason = False, decision.code, decision.reason

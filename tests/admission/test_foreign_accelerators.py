@@ -14,7 +14,9 @@ from builders import H100, node, pod, snapshot
 
 from webhook.cli import main
 from webhook.core.admission import admit
-from webhook.core.podspec.vendors import classify_resource, looks_like_gpu, needs_decision
+from webhook.core.podspec.accelerators import looks_like_gpu
+from webhook.core.podspec.fastpath import needs_decision
+from webhook.core.podspec.vendor_table import classify_resource
 from webhook.core.policy.model import Policy
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "accelerators"

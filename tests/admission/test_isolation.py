@@ -18,9 +18,10 @@ from isolation_support import CONFIG_MAPS, SNAP, VOID, chain, cpu_pod
 from webhook.core.admission import admit
 from webhook.core.admission.isolation import env_from_keys
 from webhook.core.domain.model import Snapshot
+from webhook.core.podspec.fastpath import is_gpu_pod, needs_decision
+from webhook.core.podspec.hostpaths import is_device_hostpath
 from webhook.core.podspec.limits import ISOLATION_ENV, is_isolation_env
-from webhook.core.podspec.resources import is_gpu_pod, parse_pod
-from webhook.core.podspec.vendors import is_device_hostpath, needs_decision
+from webhook.core.podspec.resources import parse_pod
 from webhook.core.policy.model import Policy, parse_policy
 from webhook.policyfile.holder import PolicyHolder
 from webhook.server.admission import real_core

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.podspec.vendors import needs_decision
+from webhook.core.podspec.fastpath import needs_decision
 
 
 @pytest.fixture(scope="module")

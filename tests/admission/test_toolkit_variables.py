@@ -17,8 +17,8 @@ from webhook.cli import main
 from webhook.core.admission import admit
 from webhook.core.admission.env_pins import harmless
 from webhook.core.admission.isolation import env_from_keys
+from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.limits import ENV_FROM_PINS, ISOLATION_ENV, TOOLKIT_NARROW_ENV, is_isolation_env
-from webhook.core.podspec.vendors import is_gpu_pod
 from webhook.core.policy.model import Policy
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "accelerators"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.podspec.vendors import is_gpu_pod
+from webhook.core.podspec.fastpath import is_gpu_pod
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from webhook.core.domain.vendor_quota import device_quota_key, device_resource, 
 from webhook.core.placement.mig import offer_of
 from webhook.core.podspec.record import ANNOTATION
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import device_kind
+from webhook.core.podspec.vendor_table import device_kind
 from webhook.core.policy.model import Policy
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "accelerators"

@@ -24,7 +24,7 @@ from webhook.core.placement.mig import offer_of
 from webhook.core.podspec.inventory import InventoryError, check_inventory
 from webhook.core.podspec.record import ANNOTATION
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import classify_resource, mig_profile
+from webhook.core.podspec.vendor_table import classify_resource, mig_profile
 from webhook.core.policy.model import Policy
 
 # GFD's labels on an A100-40GB node in the "mixed" strategy (two 3g.20gb devices on GPU 0, seven 1g.5gb

@@ -13,8 +13,8 @@ import yaml
 from builders import A100, node, snapshot
 
 from webhook.core.admission import admit
+from webhook.core.podspec.fastpath import needs_decision
 from webhook.core.podspec.record import ANNOTATION
-from webhook.core.podspec.vendors import needs_decision
 from webhook.core.policy.model import Policy
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

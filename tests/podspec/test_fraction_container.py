@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core.podspec.dialects import fraction_container
+from webhook.core.podspec.kai import fraction_container
 
 # (name, init) as the pod parser lists containers: app containers, then init containers
 POD = [("app", False), ("logger", False), ("setup", True), ("logger", True)]

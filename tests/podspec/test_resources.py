@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from webhook.core.domain.model import ContainerRequest, GpuRequest, TopologyPreference
 from webhook.core.domain.refusal import Refusal
+from webhook.core.podspec.envvars import is_bypass_env, limit_env_of
+from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.quantity import (
     SUFFIXES,
     QuantityError,
@@ -21,14 +23,8 @@ from webhook.core.podspec.quantity import (
     parse_quantity,
     suffix_scale,
 )
-from webhook.core.podspec.resources import (
-    classify_resource,
-    is_bypass_env,
-    is_gpu_pod,
-    limit_env_of,
-    parse_pod,
-    vendor_of_resource,
-)
+from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.vendor_table import classify_resource, vendor_of_resource
 
 
 def pod(

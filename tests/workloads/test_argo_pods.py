@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.podspec.dialects import fraction_container
+from webhook.core.podspec.kai import fraction_container
 from webhook.core.podspec.resources import parse_pod
 from webhook.errors import UserError
 from webhook.manifests import Document, read_all

@@ -32,7 +32,7 @@ from typing import Any
 from webhook.core.domain.model import Node, ScalePool, Taint
 from webhook.core.placement.capacity import NODEPOOL
 from webhook.core.podspec.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
-from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 
 # our name for the watched kind -> (API group, version, plural, Kind); all optional APIs
 POOL_KINDS: Mapping[str, tuple[str, str, str, str]] = {

@@ -14,7 +14,7 @@ from typing import Any
 from webhook.core.domain.model import Allocation, Node, Snapshot
 from webhook.core.domain.shapes import EMPTY, Observed, Shape, shape_of, slice_milli
 from webhook.core.placement.mixlearn import Histogram
-from webhook.core.podspec.vendors import SELECTORS
+from webhook.core.podspec.vendor_table import SELECTORS
 
 from .podusage import PodUsage, pod_usage_of
 

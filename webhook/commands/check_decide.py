@@ -322,8 +322,8 @@ def _pod_entry(
     from webhook.core.placement.group_place import topology_owner
     from webhook.core.placement.group_room import split_domain
     from webhook.core.placement.groups import group_of
+    from webhook.core.podspec.coerce import mapping_of
     from webhook.core.podspec.record import allocation_to_json
-    from webhook.core.podspec.vendors import mapping_of
 
     entry: dict[str, Any] = {"name": name, "allowed": decision.allowed, "reason": decision.reason}
     if not decision.allowed:

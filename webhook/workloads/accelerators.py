@@ -16,8 +16,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
+from webhook.core.podspec.accelerators import looks_like_gpu
+from webhook.core.podspec.kai import KAI_FRACTION, KAI_MEMORY
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
-from webhook.core.podspec.vendors import KAI_FRACTION, KAI_MEMORY, is_gpu_resource, looks_like_gpu
+from webhook.core.podspec.vendor_table import is_gpu_resource
 
 # Kubernetes' own API groups: their non-workload kinds (ResourceQuota, LimitRange, Node, ...) state
 # capacity or limits with GPU names, they never ask for one. (Other projects' groups end in .k8s.io

@@ -32,8 +32,11 @@ from typing import Any
 
 from webhook.core.domain.model import Allocation, Claim, DeviceAsk, Node, PodRequest, Snapshot, TopologyClass, Usage
 from webhook.core.domain.refusal import Refusal
+from webhook.core.podspec.accelerators import looks_like_gpu
+from webhook.core.podspec.coerce import list_of, mapping_of
+from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
-from webhook.core.podspec.vendors import MAX_GPUS, is_gpu_pod, list_of, looks_like_gpu, mapping_of
+from webhook.core.podspec.vendor_table import MAX_GPUS
 from webhook.core.policy.model import DRA_DEVICE_CLASSES, Policy
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")

@@ -14,7 +14,7 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import Snapshot, Usage
-from webhook.core.podspec.vendors import mapping_of
+from webhook.core.podspec.coerce import mapping_of
 from webhook.core.policy.model import Policy
 
 from .dra import CLAIM_KINDS, Tally, claim_gpus, count_claim, largest_card, read_claim

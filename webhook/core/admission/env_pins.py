@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.placement.nodeconstraints import CORDONED, constraints_of, tolerations_of
+from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import DEVICE_SELECTING, ENV_FROM_PINS, ISOLATION_ENV, ISOLATION_PREFIXES
 from webhook.core.podspec.patch import pointer
-from webhook.core.podspec.vendors import list_of, mapping_of
 
 Target = tuple[str, int]  # (containers | initContainers, index)
 SM_DEVICE = "CUDA_DEVICE_SM_LIMIT_"

@@ -18,7 +18,7 @@ from typing import Any
 
 from webhook.core.domain.model import PodRequest, Snapshot
 from webhook.core.domain.refusal import Refusal
-from webhook.core.podspec.vendors import list_of, mapping_of
+from webhook.core.podspec.coerce import list_of, mapping_of
 
 DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -19,7 +19,7 @@ from webhook.core.placement.nodereach import ShapeReach, count_rejections, reach
 from webhook.core.placement.place import constraints_for
 from webhook.core.placement.state import index_of
 from webhook.core.placement.topology import largest_nvlink_clique
-from webhook.core.podspec.vendors import memory_name, selector_names
+from webhook.core.podspec.vendor_table import memory_name, selector_names
 from webhook.core.policy.model import Policy
 
 

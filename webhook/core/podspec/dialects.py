@@ -1,4 +1,4 @@
-"""Other schedulers' pod annotations, read as HAMi, Volcano and KAI read them.
+"""Other schedulers' pod annotations, read as HAMi and Volcano read them (KAI's: `kai.py`).
 
 HAMi's `hami.io/gpu-scheduler-policy` is a comma list (pkg/scheduler/policy/gpu_policy.go,
 util.PolicyContains): sort keys binpack, spread and numa in the order written, and two filters,
@@ -10,21 +10,21 @@ to give, so the parser and the entry points can both use them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import TopologyPreference
 from webhook.core.domain.names import GPU_PLACEMENTS
 
-from .vendors import (
-    HAMI_GPU_POLICIES,
-    HAMI_GPU_POLICY,
-    HAMI_NUMA_BIND,
-    KAI_FRACTION,
-    KAI_FRACTION_CONTAINER,
-    KAI_MEMORY,
-    VGPU_MODES,
-)
+HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
+HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+HAMI_NUMA_BIND = "nvidia.com/numa-bind"
+# Device operating mode a pod asks for (HAMi and Volcano read it as a substring test against each device's mode).
+VGPU_MODES: tuple[str, ...] = ("nvidia.com/vgpu-mode", "volcano.sh/vgpu-mode")
+HAMI_POLICIES: frozenset[str] = frozenset(GPU_PLACEMENTS)
+# hami.io/gpu-scheduler-policy: a comma list of sort keys (binpack, spread, numa) and filters (topology-aware,
+# mutex), as HAMi's pkg/scheduler/policy and util.PolicyContains read it.
+HAMI_GPU_POLICIES: frozenset[str] = frozenset({"binpack", "spread", "numa", "topology-aware", "mutex"})
 
 MUTEX = "+mutex"  # suffix of a GPU policy: only GPUs no task uses (HAMi's mutex filter)
 _SORT_KEYS = GPU_PLACEMENTS
@@ -98,43 +98,3 @@ def mode_warnings(annotations: Mapping[str, Any], backend: str) -> list[str]:
         else:
             found.append(f"annotation {key}={value!r}: limits are enforced with {backend} here")
     return found
-
-
-# Argo's workflow controller puts this annotation on every pod it creates (workflowpod.go), and makes
-# the pod's first container its executor, ahead of the step's `main`: `wait`, or `supervisor` in the
-# opt-in init-less pod layout.
-ARGO_NODE_NAME = "workflows.argoproj.io/node-name"
-ARGO_EXECUTORS, ARGO_MAIN = ("wait", "supervisor"), "main"
-
-
-class FractionTarget(NamedTuple):
-    """The container a share asked by annotation belongs to: its position in the pod's containers as
-    listed (app containers, then init containers), or None with the refusal to give."""
-
-    position: int | None
-    problem: str | None
-
-
-def fraction_container(containers: Sequence[tuple[str, bool]], annotations: Mapping[str, Any]) -> FractionTarget:
-    """Which container gets a `gpu-fraction` / `gpu-memory` share, as KAI-Scheduler's binder decides it
-    (GetFractionContainerRef in pkg/binder/common/gpu_access.go; Run:ai's annotations are the same):
-    the container `gpu-fraction-container-name` names, init containers looked at first, else
-    `spec.containers[0]`. `containers` is (name, init) in the order above.
-
-    An Argo pod's first container is Argo's executor (`wait`), so without the name the share would go
-    to it and the step (`main`) would run without a GPU: refused, naming the annotation that fixes it."""
-    name = annotations.get(KAI_FRACTION_CONTAINER)
-    if name is None:
-        first = next((i for i, (_, init) in enumerate(containers) if not init), None)
-        if first is not None and ARGO_NODE_NAME in annotations and containers[first][0] in ARGO_EXECUTORS:
-            return FractionTarget(None, (
-                f"annotations {KAI_FRACTION}/{KAI_MEMORY} give the share to the pod's first container, which "
-                f"Argo makes its {containers[first][0]!r} executor, so the step ({ARGO_MAIN!r}) would get no GPU; "
-                f"add {KAI_FRACTION_CONTAINER}: {ARGO_MAIN} to the template's metadata.annotations"))
-        return FractionTarget(first, None)
-    for want_init in (True, False):
-        for i, (have, init) in enumerate(containers):
-            if init == want_init and have == name:
-                return FractionTarget(i, None)
-    return FractionTarget(None, (f"annotation {KAI_FRACTION_CONTAINER} is {name!r}, which names no container of "
-                                 "the pod; write the name of the container that uses the GPU"))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from webhook.core.domain.model import Gpu
 
-HYGON_REGISTER = "hami.io/node-dcu-register"
-REGISTER_ANNOTATIONS = {"hygon": HYGON_REGISTER}
+# Which annotation each vendor's plugin writes is the vendor table's (`Vendor.register`).
+from .vendor_table import REGISTER_ANNOTATIONS as REGISTER_ANNOTATIONS
 
 
 class RegisterError(ValueError):

@@ -21,6 +21,8 @@ from typing import Any
 
 from webhook.core.domain.model import Gpu
 
+from .vendor_table import BY_NAME
+
 INVENTORY_VERSION = 1
 PCIE_LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 REQUIRED_GPU_FIELDS = ("index", "uuid", "model", "memoryMiB", "numa", "healthy")
@@ -28,7 +30,7 @@ OPTIONAL_GPU_FIELDS = ("migMode", "migDevices", "nvlinkRemoteBusIds")
 MIG_DEVICE_FIELDS = ("profile", "memoryMiB", "uuid")
 TOP_LEVEL_FIELDS = ("version", "gpus", "nvlink", "pcie")
 OPTIONAL_TOP_LEVEL_FIELDS = ("toolkit", "vendor")
-VENDORS = ("nvidia", "hygon", "cambricon")  # the vendor table's vendors
+VENDORS = tuple(BY_NAME)  # the vendor table's vendors
 # The node's NVIDIA container toolkit settings (config.toml), as the agent read them; absent: unknown.
 TOOLKIT_FIELDS = ("configPath", "acceptEnvvarUnprivileged", "acceptVolumeMounts", "mode")
 

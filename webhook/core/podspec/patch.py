@@ -19,10 +19,11 @@ from typing import Any
 from webhook.core.domain.model import Allocation, ContainerRequest, PodRequest
 from webhook.core.domain.names import MANAGED_LABEL
 
+from .coerce import is_mapping, list_of
+from .coerce import mapping_of as _map
 from .limits import limit_env
 from .record import ANNOTATION, allocation_to_json
-from .vendors import classify_resource, count_name_of, is_mapping, kept_for_scheduler, list_of
-from .vendors import mapping_of as _map
+from .vendor_table import classify_resource, count_name_of, kept_for_scheduler
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"

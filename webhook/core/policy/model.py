@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, ScalePool, Taint, TopologyClass, TopologyPreference
 from webhook.core.domain.names import GPU_PLACEMENTS, PLACEMENT_POLICIES
-from webhook.core.podspec.vendors import COUNT_RESOURCES, is_gpu_resource
+from webhook.core.podspec.vendor_table import COUNT_RESOURCES, is_gpu_resource
 
 BUILTIN_PLACEMENTS = PLACEMENT_POLICIES
 SLICE_DEFAULTS = ("hami", "proportional")

@@ -357,6 +357,10 @@ class PodRequest:
     warnings: tuple[str, ...] = ()
     # The pod as given (a dict, read-only by convention), for the mutation to compute paths against.
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # What placement derives from `raw` (its node constraints, by the tolerations added), kept with the
+    # request: parsed before a server's plan lock, found parsed under it. Made on first use (a request
+    # built by copying another's fields starts with none); copies share it while `raw` is the same.
+    derived: dict[Any, Any] | None = field(default=None, init=False, compare=False, repr=False)
 
     def evolve(self, **changes: Any) -> PodRequest:
         """`dataclasses.replace` without re-running `__init__`, which checks nothing here: a request is
@@ -366,6 +370,8 @@ class PodRequest:
             raise TypeError(f"PodRequest has no field {', '.join(sorted(unknown))}")
         fields = self.__dict__.copy()
         fields.update(changes)
+        if "raw" in changes:
+            fields["derived"] = None
         new = object.__new__(PodRequest)
         object.__setattr__(new, "__dict__", fields)
         return new

@@ -14,7 +14,6 @@ made a candidate (`_best_by_fragmentation`; `_place_on_host` likewise). None cha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
@@ -37,30 +36,20 @@ _ELIGIBLE_MEMO = 256
 
 def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> NodeConstraints:
     """The pod's node constraints with the tolerations the mutation will add to it: the vendor's device
-    taint and the policy's `tolerations`. Parsed once per request object (`_parsed`): a server calls this
-    before its plan lock, so that `place` under the lock finds them parsed."""
-    return _parsed(_Same(request), _added(request.vendor, tolerations))
+    taint and the policy's `tolerations`. Parsed once per request (kept in `request.derived`): a server
+    calls this before its plan lock, so that `place` under the lock finds them parsed."""
+    return _parsed(request, _added(request.vendor, tolerations))
 
 
-class _Same:
-    """A request as a memo key by identity (the memo holds it, so its id is not reused meanwhile): one
-    admission's request object, parsed from one pod."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: PodRequest) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.value is self.value
-
-
-@lru_cache(maxsize=32)
-def _parsed(request: _Same, added: tuple[Toleration, ...]) -> NodeConstraints:
-    return constraints_of(request.value.raw, added)
+def _parsed(request: PodRequest, added: tuple[Toleration, ...]) -> NodeConstraints:
+    derived = request.derived
+    if derived is None:
+        derived = {}
+        object.__setattr__(request, "derived", derived)  # frozen, but this field is a cache of `raw`
+    found: NodeConstraints | None = derived.get(added)
+    if found is None:
+        found = derived[added] = constraints_of(request.raw, added)
+    return found
 
 
 def _added(vendor: str, tolerations: tuple[Mapping[str, Any], ...]) -> tuple[Toleration, ...]:
@@ -77,7 +66,7 @@ def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
         found = ctx.plain[request.vendor] = (added, constraints_of({}, added))
     spec = request.raw.get("spec") if request.raw else None
     if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
-        return _parsed(_Same(request), found[0])
+        return _parsed(request, found[0])
     return found[1]
 
 

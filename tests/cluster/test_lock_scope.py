@@ -19,7 +19,7 @@ from server_support import cluster_objects
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import InProcessStore, Ledger
 from webhook.cluster.source import LiveSource
-from webhook.core.admission import isolation, mutate, screen, validate
+from webhook.core.admission import envfrom, mutate, screen, validate
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder
 from webhook.server.app import ServerConfig, create_app
@@ -133,7 +133,7 @@ def spy(monkeypatch: pytest.MonkeyPatch, rig: Rig, module: Any, name: str, seen:
 def test_parsing_screening_and_patching_run_outside_every_shared_lock(monkeypatch: pytest.MonkeyPatch,
                                                                        rig: Rig) -> None:
     seen: list[tuple[str, bool]] = []
-    for module, name in ((screen, "parse_pod"), (isolation, "env_from"), (mutate, "_patch"),
+    for module, name in ((screen, "parse_pod"), (envfrom, "env_from"), (mutate, "_patch"),
                          (validate, "_against_record"), (mutate, "place"), (validate, "check_quota")):
         spy(monkeypatch, rig, module, name, seen)
     mutated, validated = rig.create(gpu_pod("train"))

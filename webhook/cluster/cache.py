@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.admission.isolation import NO_POD_READS
+from webhook.core.admission.configmap_readers import NO_POD_READS
 from webhook.core.domain.model import Claim, Namespace, Node, QuotaLimits, Snapshot
 from webhook.core.podspec.inventory import toolkit_from_json
 from webhook.core.policy.model import DRA_DEVICE_CLASSES

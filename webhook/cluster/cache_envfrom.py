@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.core.admission.isolation import NO_POD_READS, Reads
+from webhook.core.admission.configmap_readers import NO_POD_READS, Reads
 from webhook.core.domain.model import EnvReader, Snapshot
 
 from .translate import readers_of

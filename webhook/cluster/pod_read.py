@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.admission.configmap_readers import Reads, env_reads
 from webhook.core.admission.dra import claim_refs
-from webhook.core.admission.isolation import Reads, env_reads
 from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.resources import is_gpu_pod
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.admission.isolation import TERMINAL_PHASES
+from webhook.core.admission.configmap_readers import TERMINAL_PHASES
 from webhook.core.domain.model import Allocation, GpuUsage, Node
 from webhook.core.domain.names import ALLOCATION
 from webhook.core.podspec.record import allocation_from_json

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from webhook.core.admission.isolation import NO_POD_READS, Reads
+from webhook.core.admission.configmap_readers import NO_POD_READS, Reads
 from webhook.core.domain.decision import Decision
 from webhook.core.domain.model import Allocation
 from webhook.core.domain.names import LEDGER_LABEL, LEDGER_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL

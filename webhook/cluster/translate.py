@@ -12,8 +12,9 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
+from webhook.core.admission.configmap_readers import TERMINAL_PHASES, env_reads, with_env_reads
 from webhook.core.admission.dra import claim_refs, claim_users, held_usage, largest_card, read_claim
-from webhook.core.admission.isolation import TERMINAL_PHASES, env_from_keys, env_reads, with_env_reads
+from webhook.core.admission.envfrom import env_from_keys
 from webhook.core.domain.model import (
     Claim,
     EnvReader,

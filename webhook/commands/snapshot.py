@@ -50,7 +50,7 @@ def strip(obj: Mapping[str, Any]) -> dict[str, Any]:
     data leaves the cluster in a snapshot."""
     out = dict(obj)
     if out.get("kind") == "ConfigMap":
-        from webhook.core.admission.isolation import env_from_keys
+        from webhook.core.admission.envfrom import env_from_keys
 
         out.pop("binaryData", None)
         out["data"] = {key: "" for key in sorted(env_from_keys(out.get("data")))}

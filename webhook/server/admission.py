@@ -72,9 +72,10 @@ def real_core(record_key: bytes | tuple[bytes, ...] | None = None) -> AdmissionC
     from functools import partial
 
     from webhook.core.admission import admit
+    from webhook.core.admission.configmap_writes import config_map_write
     from webhook.core.admission.dra import names_claims
     from webhook.core.admission.dra_objects import check_claim_object
-    from webhook.core.admission.isolation import config_map_write, ephemeral
+    from webhook.core.admission.ephemeral import ephemeral
     from webhook.core.admission.node_routes import device_list_mounts
     from webhook.core.podspec.vendors import needs_decision
 

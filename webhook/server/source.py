@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
-from webhook.core.admission.isolation import Reads, env_reads, with_env_reads
+from webhook.core.admission.configmap_readers import Reads, env_reads, with_env_reads
 from webhook.core.admission.quota import gpu_room
 from webhook.core.domain.decision import Decision, denied
 from webhook.core.domain.model import Allocation, Snapshot

@@ -1,4 +1,6 @@
-"""What a pod's `envFrom` takes from the ConfigMaps the webhook can read, and the sources it cannot read.
+"""What a pod's `envFrom` takes from the ConfigMaps the webhook can read, and the sources it cannot read;
+a GPU pod's envFrom screened (`screen_gpu`) and the pins the mutation writes for the sources it cannot
+read (`pin_ops`; what they are: env_pins.py).
 
 Cost: linear in the pod and in each ConfigMap it names, never their product. A ConfigMap's key K becomes
 the variable prefix+K, and only the isolation variables matter (`limits.is_isolation_env`): for a prefix,
@@ -16,10 +18,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-from webhook.core.domain.model import Snapshot
+from webhook.core.domain.decision import warning
+from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, is_isolation_env
 from webhook.core.podspec.vendors import list_of, mapping_of
+from webhook.core.policy.model import Policy
 
 from . import env_pins
 from .env_pins import Unresolved
@@ -78,7 +82,7 @@ def _candidates(prefix: str, keys: frozenset[str]) -> Iterable[str]:
 def refused_keys(prefix: str, keys: Iterable[str], gpu_pod: bool) -> list[tuple[str, str]]:
     """(key, variable) for each key of a ConfigMap that a container reading it through envFrom with this
     prefix must not take, in the variables' order: the one rule of pod admission and of ConfigMap writes
-    (`isolation.config_map_write`)."""
+    (`configmap_writes.config_map_write`)."""
     pool = keys if isinstance(keys, frozenset) else frozenset(keys)
     found = {prefix + key: key for key in _candidates(prefix, pool)}
     return [(found[variable], variable) for variable in sorted(found)
@@ -167,3 +171,88 @@ def _refusals(where: str, name: str, variables: list[str]) -> list[Refusal]:
         out.append(Refusal("isolation-env", 403, f"{where} takes {more} more such variables from ConfigMap "
                            f"{name!r} through envFrom; remove those keys"))
     return out
+
+
+# ------------------------------------------------------------------------------------------ a GPU pod
+
+
+def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
+    """A GPU pod's envFrom: isolation variables from ConfigMaps become violations; a source the webhook
+    cannot read is handled as the policy says: `deny` refuses it, `warn` admits it with a warning, and
+    `neutralise` refuses it in a GPU container that could take a device list from it on a node that
+    honours one (the switches it could set are pinned by the mutation: `pin_ops`)."""
+    spec = mapping_of(pod.get("spec"))
+    if not any(c.get("envFrom") for _, _, _, c in containers(spec, ("containers", "initContainers",
+                                                                   "ephemeralContainers"))):
+        return request
+    violations, unresolved = env_from(spec, request.namespace, snapshot, gpu_pod=True)
+    warnings = list(request.warnings)
+    mode = policy.unresolved_env_from
+    if unresolved and mode == "deny":
+        violations.append(Refusal(
+            "isolation-env-from", 403,
+            f"{unresolved[0].describe()} through envFrom, which the webhook cannot read (policy "
+            "isolation.unresolvedEnvFrom: deny): use a ConfigMap it can see, a prefix no GPU variable starts "
+            "with (e.g. APP_), or env entries with valueFrom"))
+    elif unresolved and mode == "warn":
+        warnings.append(warning(f"{unresolved[0].describe()} through envFrom, unchecked: explicit limits win over "
+                                "it, a GPU list would not"))
+    elif unresolved:
+        _neutralise(request, unresolved, snapshot, policy, violations, warnings)
+    if not violations and warnings == list(request.warnings):
+        return request
+    return request.evolve(violations=(*request.violations, *violations), warnings=tuple(warnings))
+
+
+def _neutralise(request: PodRequest, unresolved: list[Unresolved], snapshot: Snapshot, policy: Policy,
+                violations: list[Refusal], warnings: list[str]) -> None:
+    """Policy `neutralise`: a GPU container that could take a device list from an unread source is refused
+    unless every node it can land on ignores the variable; else the pins are noted. Adds to the lists."""
+    targets = env_pins.gpu_targets(request)
+    ignored: list[bool] = []  # whether the nodes ignore the variable: asked once, when it matters
+    for u in unresolved:
+        variable = env_pins.device_variable(u.prefix)
+        if (u.key, u.at) not in targets or variable is None:
+            continue
+        if not ignored:
+            ignored.append(env_pins.nodes_ignore_variable(request, snapshot, policy.tolerations))
+        if not ignored[0]:
+            violations.append(Refusal(
+                "isolation-env-from", 403,
+                f"{u.describe()} through envFrom, which the webhook cannot read, and it could set {variable}, "
+                "which replaces the GPUs the device plugin gives that container: give the envFrom a prefix "
+                "no GPU variable starts with (e.g. APP_), or read the keys with env[].valueFrom."
+                "secretKeyRef, or set accept-nvidia-visible-devices-envvar-when-unprivileged = false on "
+                "the GPU nodes"))
+            break
+    if not violations and any((u.key, u.at) in targets for u in unresolved):
+        first = next(u for u in unresolved if (u.key, u.at) in targets)
+        warnings.append(warning(f"{first.describe()} through envFrom: GPU limit switches pinned to safe values"))
+
+
+def _pins_wanted(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation | None, backend: str,
+                 snapshot: Snapshot, policy: Policy) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    if policy.unresolved_env_from != "neutralise":
+        return {}
+    spec = mapping_of(pod.get("spec"))
+    if not any(c.get("envFrom") for _, _, _, c in containers(spec)):
+        return {}
+    _, unresolved = env_from(spec, request.namespace, snapshot, True, ("containers", "initContainers"))
+    return env_pins.wanted_pins(request, unresolved, allocation, backend) if unresolved else {}
+
+
+def pin_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str, snapshot: Snapshot,
+            policy: Policy, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ops` with the pins of every GPU container that takes an unread envFrom source (env_pins.py)."""
+    wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
+    return env_pins.with_pins(pod, wanted, ops) if wanted else ops
+
+
+def missing_pins(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str,
+                 snapshot: Snapshot, policy: Policy) -> str | None:
+    """Why validation refuses the pod: a GPU container lacks a pin the mutation writes (None: none)."""
+    wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
+    if not wanted:
+        return None
+    labels = {(key, index): where for key, index, where, _ in containers(mapping_of(pod.get("spec")))}
+    return env_pins.missing(pod, wanted, labels)

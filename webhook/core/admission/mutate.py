@@ -28,6 +28,7 @@ from webhook.core.placement import group_place, mig
 from webhook.core.placement.capacity import AWAITING, Awaiting
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
+from webhook.core.placement.nodeindex import Statics
 from webhook.core.placement.place import constraints_for, place
 from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
@@ -44,7 +45,10 @@ from webhook.core.podspec.vendors import (
 )
 from webhook.core.policy.model import Policy
 
-from . import dra, isolation, slices
+from . import dra, slices
+from .envfrom import pin_ops
+from .neutralise import sidecar_ops
+from .no_gpu_reach import after_screen
 from .quota import check_quota
 from .rules import awaiting_capacity, check_satisfiable, matches_model
 from .scope import DEFAULT_SCHEDULERS
@@ -81,17 +85,10 @@ class Mutation:
             return
         request, final, self.sealed = screen(pod, snapshot, policy, namespace, record_key)
         if final is not None:
-            self.final = isolation.after_screen(pod, request, final, snapshot, policy, mutating=True)
+            self.final = after_screen(pod, request, final, snapshot, policy, mutating=True)
             return
         self.request = request = _normalise(request, policy)
-        warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
-        annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
-        if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
-            warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
-        unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
-        if unenforced:
-            warnings.append(warning(unenforced))
-        self.warnings = tuple(warnings)
+        self.warnings = _notes(pod, request, policy)
         constraints_for(request, policy.tolerations)  # parsed now: placement finds them under the plan lock
 
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -123,13 +120,7 @@ class Mutation:
         if quota.refusal:
             return refused(quota.refusal, warnings=tuple(warnings))
         warnings += [warning(w) for w in quota.warnings]
-        message = f"node {allocation.node}" if allocation.node else (
-            f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
-        if awaiting is not None:
-            decision = patched((), allocation, f"awaiting capacity from {awaiting.source}", AWAITING,
-                               warnings=tuple(warnings))
-        else:
-            decision = patched((), allocation, message, warnings=tuple(warnings))
+        decision = _admitted(allocation, awaiting, tuple(warnings))
         self._done = (decision, allocation, placement, snapshot, group, awaiting)
         return decision
 
@@ -151,6 +142,28 @@ class Mutation:
                      required=required, group_required=group_required, group_preferred=group_preferred,
                      nonce=sealed.nonce if sealed is not None else self.nonce)
         return replace(decision, patch=tuple(ops))
+
+
+def _notes(pod: Mapping[str, Any], request: PodRequest, policy: Policy) -> tuple[str, ...]:
+    """The warnings of a GPU pod known before placement: the screen's, device-mode annotations naming a mode
+    other than the namespace's backend, a slice nothing will enforce."""
+    warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
+    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+    if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
+        warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
+    unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)
+    if unenforced:
+        warnings.append(warning(unenforced))
+    return tuple(warnings)
+
+
+def _admitted(allocation: Allocation, awaiting: Awaiting | None, warnings: tuple[str, ...]) -> Decision:
+    """The allowed decision of a placed pod, no operations yet."""
+    if awaiting is not None:
+        return patched((), allocation, f"awaiting capacity from {awaiting.source}", AWAITING, warnings=warnings)
+    message = f"node {allocation.node}" if allocation.node else (
+        f"on a node offering {device_resource(allocation.mig)}" if allocation.mig else "no node free now")
+    return patched((), allocation, message, warnings=warnings)
 
 
 def _placed(request: PodRequest, snapshot: Snapshot, policy: Policy, warnings: list[str]
@@ -354,8 +367,8 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     pod = request.raw
     ops = patches.resource_ops(pod, request, COUNT_RESOURCES)
     ops += patches.env_ops(pod, request, allocation, backend_of(request, policy))
-    ops += isolation.sidecar_ops(pod, request)  # containers without a GPU see none
-    ops = isolation.pin_ops(pod, request, allocation, backend_of(request, policy), snapshot, policy, ops)  # Secrets
+    ops += sidecar_ops(pod, request)  # containers without a GPU see none
+    ops = pin_ops(pod, request, allocation, backend_of(request, policy), snapshot, policy, ops)  # Secrets
     taint_key = COUNT_RESOURCES.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]
     ops += patches.toleration_ops(pod, wanted)
@@ -405,19 +418,21 @@ MODEL_LABEL = GPU_PRODUCT_LABEL
 def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
     """The node selector requirement naming the eligible nodes (computed once per eligible set)."""
     eligible, limit = placement.eligible, policy.max_affinity_nodes
-    term = _REQUIRED.get(eligible, limit, lambda: _required_term(eligible, index_of(snapshot).statics.nodes, limit))
+    term = _REQUIRED.get(eligible, limit, lambda: _required_term(eligible, index_of(snapshot).statics, limit))
     return {**term, "values": list(term["values"])}  # the caller's own copy
 
 
-def _required_term(eligible: tuple[str, ...], nodes: Mapping[str, Node], limit: int) -> dict[str, Any]:
+def _required_term(eligible: tuple[str, ...], statics: Statics, limit: int) -> dict[str, Any]:
     """The GPU models when the eligible nodes are exactly the nodes labelled with those models (shorter
     than the names, and a node of those models added later can take a pending pod); else the node names;
-    else, above `limit` names, the models anyway (a pod spec must stay small)."""
+    else, above `limit` names, the models anyway (a pod spec must stay small). The nodes of each model
+    are counted by the index's label index."""
+    nodes = statics.nodes
     labels = [nodes[n].labels.get(MODEL_LABEL, "") if n in nodes else "" for n in eligible]
     models = set(labels)
     if all(labels) and len(models) < len(eligible):
-        labelled = sum(1 for node in nodes.values() if node.labels.get(MODEL_LABEL) in models)
-        if labelled == len(eligible):
+        by_model = statics.label_index().by_label.get(MODEL_LABEL, {})
+        if sum(len(by_model.get(m, ())) for m in models) == len(eligible):
             return {"key": MODEL_LABEL, "operator": "In", "values": sorted(models)}
     if len(eligible) <= limit:
         return {"key": "metadata.name", "operator": "In", "values": list(eligible)}

@@ -18,7 +18,9 @@ from webhook.core.podspec.resources import parse_pod
 from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, is_mapping, kept_for_scheduler, list_of
 from webhook.core.policy.model import Policy
 
-from . import dra, isolation, node_routes, trust
+from . import dra, node_routes, trust
+from .envfrom import screen_gpu
+from .no_gpu_reach import FOREIGN_ACCELERATOR
 from .rules import check_policy, matches_model, whole_cards
 from .scope import is_managed
 
@@ -41,7 +43,7 @@ def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> 
             if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
                 continue
             name = str(env.get("name"))
-            # A per-device compute limit is a pin of the container's own cap (isolation.pin_ops).
+            # A per-device compute limit is a pin of the container's own cap (envfrom.pin_ops).
             expected = wanted.get(name, wanted.get("CUDA_DEVICE_SM_LIMIT") if is_sm_device_env(name) else None)
             if expected != env.get("value") or "valueFrom" in env:
                 return (f"container {c.name} sets {name}={env.get('value')!r}, which this product manages "
@@ -106,13 +108,13 @@ def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace
         warned = tuple(warning(w) for w in request.warnings)
         foreign = foreign_accelerators(pod)
         if foreign:
-            return request, allowed(isolation.FOREIGN_ACCELERATOR,
+            return request, allowed(FOREIGN_ACCELERATOR,
                                     f"asks for {', '.join(foreign)}, which this controller does not count or "
                                     "limit: unchanged", gpu_pod=False, warnings=warned), None
         return request, allowed("not-gpu-pod", gpu_pod=False, warnings=warned), None
     if not is_managed(request.namespace, snapshot, policy):
         return request, allowed("not-managed", f"namespace {request.namespace} is not managed", managed=False), None
-    request = isolation.screen_gpu(pod, request, snapshot, policy)  # envFrom
+    request = screen_gpu(pod, request, snapshot, policy)  # envFrom
     if request.violations:
         first = request.violations[0]
         return request, denied(first.code, first.rule, _violations_message(request)), None

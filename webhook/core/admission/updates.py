@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.admission import isolation
 from webhook.core.admission.dra import claim_refs
+from webhook.core.admission.no_gpu_reach import NO_GPU_ANSWERS, after_screen
 from webhook.core.admission.screen import screen
 from webhook.core.admission.trust import record_update
 from webhook.core.domain.decision import Decision, allowed, denied
@@ -90,9 +90,9 @@ def _no_gpu_answer(
 ) -> Decision | None:
     """What validation would answer this pod at CREATE if it asks for no GPU; None for a GPU pod."""
     request, final, _ = screen(pod, snapshot, policy, namespace, b"", validating=False)
-    if final is None or final.reason not in isolation.NO_GPU_ANSWERS:
+    if final is None or final.reason not in NO_GPU_ANSWERS:
         return None
-    answer = isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
+    answer = after_screen(pod, request, final, snapshot, policy, mutating=False)
     return answer if not answer.allowed else allowed("no-gpu-unchanged", gpu_pod=False)
 
 

@@ -15,7 +15,10 @@ from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.vendors import is_mapping, list_of
 from webhook.core.policy.model import Policy
 
-from . import isolation, trust
+from . import trust
+from .envfrom import missing_pins
+from .neutralise import missing_sidecar_void
+from .no_gpu_reach import after_screen
 from .quota import check_quota
 from .scope import DEFAULT_SCHEDULERS
 from .screen import backend_of, screen
@@ -47,7 +50,7 @@ class Validation:
             return
         request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
         if final is not None:
-            self.final = isolation.after_screen(pod, request, final, snapshot, policy, mutating=False)
+            self.final = after_screen(pod, request, final, snapshot, policy, mutating=False)
         elif sealed is None:
             self.final = denied(403, "not-mutated",
                                 f"GPU pod has no {ANNOTATION} annotation: the gpu-admission mutating webhook did not "
@@ -89,8 +92,8 @@ def _against_record(pod: Mapping[str, Any], request: PodRequest, sealed: Sealed,
                       f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
                       f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
     backend = backend_of(request, policy)
-    missing = (_missing_limits(request, recorded, backend) or isolation.missing_sidecar_void(pod, request)
-               or isolation.missing_pins(pod, request, recorded, backend, snapshot, policy))
+    missing = (_missing_limits(request, recorded, backend) or missing_sidecar_void(pod, request)
+               or missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
         return denied(403, "limits-missing", missing)
     return None

@@ -40,7 +40,7 @@ class Reservation:
     namespace: str
     allocation: Allocation
     expires_at: float  # clock seconds (time.time() in production)
-    # The pod's name and what it reads of ConfigMaps through envFrom (core/isolation.py `env_reads`):
+    # The pod's name and what it reads of ConfigMaps through envFrom (core/admission/configmap_readers.py `env_reads`):
     # a ConfigMap write is checked against the pod before the watch shows it. Written only when there
     # are reads; a replica that predates the field ignores it.
     pod: str = ""
@@ -402,7 +402,7 @@ class Ledger:
 
         `decide` gets the entries (without this pod's own, so a retried call is not counted twice) and
         may be called again when another replica wrote first. `reads`: the pod's envFrom reads
-        (core/isolation.py `env_reads`), asked for only when the pod is recorded.
+        (core/admission/configmap_readers.py `env_reads`), asked for only when the pod is recorded.
         """
         found: list[Reads] = []
 

@@ -60,7 +60,7 @@ def with_reservations(snapshot: Snapshot, reservations: Iterable[Reservation]) -
     # Admitted pods count in the learned workload mix as they will once the watch shows them.
     observed = (snapshot.observed or EMPTY).plus(allocation_shape(e.allocation, snapshot.nodes) for e in entries)
     # So do the ConfigMaps they read through envFrom: a write the pod would take at its next container
-    # start is refused before the watch shows the pod (core/isolation.py `config_map_write`).
+    # start is refused before the watch shows the pod (core/admission/configmap_writes.py `config_map_write`).
     readers = snapshot.env_readers
     if any(e.reads for e in entries):
         readers = with_env_reads(readers, (e.env_reads() for e in entries))

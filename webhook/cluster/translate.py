@@ -249,7 +249,7 @@ def claim_of(obj: Mapping[str, Any], kind: str | None = None) -> tuple[str, Clai
 
 def config_map_of(obj: Mapping[str, Any]) -> tuple[str, str, frozenset[str]]:
     """A ConfigMap as the core sees it: namespace, name, and only the keys of `data` that envFrom could
-    turn into a device or limit variable (core/isolation.py); values are never kept."""
+    turn into a device or limit variable (core/admission/configmap_writes.py); values are never kept."""
     data = _map(obj).get("data")
     if data is not None and not isinstance(data, Mapping):
         raise ValueError("data: expected a mapping of keys to strings")

@@ -358,7 +358,8 @@ class AdmissionHandler:
 
     def _config_map(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """A ConfigMap written in a namespace: refused when a live GPU pod reads it through envFrom and the
-        new data would give it a device or limit variable at its next container start (core/isolation.py).
+        new data would give it a device or limit variable at its next container start
+        (core/admission/configmap_writes.py).
         The pods are those the watch shows and those admitted but not shown yet (their reservations carry
         their reads; a ledger shared by replicas is read again first). Only the validating webhook
         decides; nothing is reserved, so a dry run is decided alike."""
@@ -382,7 +383,7 @@ class AdmissionHandler:
 
     def _ephemeral(self, endpoint: str, incoming: rv.IncomingReview) -> _Outcome:
         """`kubectl debug` adds ephemeral containers by an UPDATE of pods/ephemeralcontainers whose object
-        is the whole pod: the added containers are held to the isolation rules (core/isolation.py)."""
+        is the whole pod: the added containers are held to the isolation rules (core/admission/ephemeral.py)."""
         request, uid = incoming.request, incoming.uid
         pod = request.get("object")
         if self.core.ephemeral is None or request.get("operation") != "UPDATE":

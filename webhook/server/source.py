@@ -54,7 +54,7 @@ class SnapshotSource(Protocol):
         `group=` (core/groups.py) only for a pod of a multi-pod group: a source that keeps group records
         writes the pod into its group's record with the reservation, and refuses it (403
         `group-domain-taken`) when `groups.commit` does. `pod` is the pod itself: the reservation keeps
-        what it reads of ConfigMaps through envFrom (core/isolation.py `env_reads`), which the picture
+        what it reads of ConfigMaps through envFrom (core/admission/configmap_readers.py `env_reads`), which the picture
         counts in `env_readers` until the pod itself does.
         """
         ...

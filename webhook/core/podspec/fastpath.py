@@ -45,7 +45,7 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
 
 
 # Toleration keys every pod carries (DefaultTolerationSeconds, DaemonSets) or that only concern control
-# planes; any other key may be a GPU node's taint, so such a pod is decided (core/isolation.py).
+# planes; any other key may be a GPU node's taint, so such a pod is decided (core/admission/no_gpu_reach.py).
 _ORDINARY_TAINTS = ("node.kubernetes.io/", "node-role.kubernetes.io/", "node.cloudprovider.kubernetes.io/",
                     "CriticalAddonsOnly")
 

@@ -26,7 +26,7 @@ DRA_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")
 GPU_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")  # the GPU operator's RuntimeClasses
 ISOLATION_ACTIONS = ("neutralise", "deny")
 # Unread envFrom sources (Secrets): `warn` admits GPU containers with a warning only, for platforms that
-# control who writes Secrets (core/isolation.py).
+# control who writes Secrets (core/admission/envfrom.py).
 ENV_FROM_ACTIONS = ("neutralise", "deny", "warn")
 # Multi-pod groups (core/group_place.py): node labels naming topology domains, innermost first, and
 # whether a group must stay in one domain. "preferred" by default: a cluster whose groups run across
@@ -115,9 +115,10 @@ class Policy:
     # resources that a DeviceClass serves through DRA and the vendor table does not know (whole GPUs).
     dra_device_classes: tuple[str, ...] = DRA_DEVICE_CLASSES
     dra_extended_resources: tuple[str, ...] = ()
-    # Isolation (core/isolation.py): RuntimeClasses that run the NVIDIA hook; what to do with envFrom
-    # sources the webhook cannot read (Secrets, ConfigMaps not seen) and with a pod that asks for no GPU
-    # but can reach one (GPU RuntimeClass, GPU taint tolerated, nodeName of a GPU node).
+    # Isolation (core/admission/isolation.py names its modules): RuntimeClasses that run the NVIDIA
+    # hook; what to do with envFrom sources the webhook cannot read (Secrets, ConfigMaps not seen) and
+    # with a pod that asks for no GPU but can reach one (GPU RuntimeClass, GPU taint tolerated, nodeName
+    # of a GPU node).
     gpu_runtime_classes: tuple[str, ...] = GPU_RUNTIME_CLASSES
     unresolved_env_from: str = "neutralise"
     non_gpu_access: str = "neutralise"

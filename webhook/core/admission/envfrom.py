@@ -23,6 +23,7 @@ from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, is_isolation_env
 from webhook.core.podspec.vendors import list_of, mapping_of
+from webhook.core.podspec.view import PodView, view_for
 from webhook.core.policy.model import Policy
 
 from . import env_pins
@@ -110,29 +111,46 @@ def containers(spec: Mapping[str, Any], kinds: Iterable[str] = ("containers", "i
 
 def label(key: str, index: int, container: Mapping[str, Any]) -> str:
     """How messages name a container: "container 'main'", "init container #0"."""
+    return named(key, index, container.get("name"))
+
+
+def named(key: str, index: int, name: object) -> str:
+    """`label` of a container by its name."""
     kind = _KIND_LABELS[key]
-    name = container.get("name")
     return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+
+
+def _env_from_entries(pod: Mapping[str, Any] | PodView, kinds: Iterable[str]
+                      ) -> Iterator[tuple[str, int, str, Iterable[Any]]]:
+    """(list key, index, label, envFrom entries) of the given lists' containers that have entries: from
+    a view, or from a pod's spec."""
+    if isinstance(pod, PodView):
+        for c in pod.containers:
+            if c.env_from and c.kind in kinds:
+                yield c.kind, c.index, named(c.kind, c.index, c.name), c.env_from
+        return
+    for key, index, where, container in containers(pod, kinds):
+        entries = container.get("envFrom")
+        if entries:
+            yield key, index, where, list_of(entries)
 
 
 # ------------------------------------------------------------------------------------------ the pod
 
 
-def env_from(spec: Mapping[str, Any], namespace: str, snapshot: Snapshot, gpu_pod: bool,
+def env_from(spec: Mapping[str, Any] | PodView, namespace: str, snapshot: Snapshot, gpu_pod: bool,
              kinds: Iterable[str] = ("containers", "initContainers", "ephemeralContainers")
              ) -> tuple[list[Refusal], list[Unresolved]]:
     """What the pod's envFrom sets that it must not (violations), and the sources the webhook cannot read
-    (Secrets, ConfigMaps the snapshot does not hold) whose prefix could form an isolation variable."""
+    (Secrets, ConfigMaps the snapshot does not hold) whose prefix could form an isolation variable.
+    `spec` is the pod's spec, or the pod's view."""
     violations: list[Refusal] = []
     unresolved: list[Unresolved] = []
     known = snapshot.config_maps.get(namespace, {})
     answers: dict[tuple[str, str], list[str]] = {}  # (ConfigMap, prefix) -> the variables it refuses
     harmless: dict[str, bool] = {}
-    for key, index, where, container in containers(spec, kinds):
-        entries = container.get("envFrom")
-        if not entries:
-            continue
-        for entry in list_of(entries):
+    for key, index, where, entries in _env_from_entries(spec, kinds):
+        for entry in entries:
             source = mapping_of(entry)
             given = source.get("prefix")
             prefix = given if isinstance(given, str) else ""
@@ -181,11 +199,10 @@ def screen_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, 
     cannot read is handled as the policy says: `deny` refuses it, `warn` admits it with a warning, and
     `neutralise` refuses it in a GPU container that could take a device list from it on a node that
     honours one (the switches it could set are pinned by the mutation: `pin_ops`)."""
-    spec = mapping_of(pod.get("spec"))
-    if not any(c.get("envFrom") for _, _, _, c in containers(spec, ("containers", "initContainers",
-                                                                   "ephemeralContainers"))):
+    view = view_for(request, pod)
+    if not any(c.env_from for c in view.containers):
         return request
-    violations, unresolved = env_from(spec, request.namespace, snapshot, gpu_pod=True)
+    violations, unresolved = env_from(view, request.namespace, snapshot, gpu_pod=True)
     warnings = list(request.warnings)
     mode = policy.unresolved_env_from
     if unresolved and mode == "deny":
@@ -234,10 +251,10 @@ def _pins_wanted(pod: Mapping[str, Any], request: PodRequest, allocation: Alloca
                  snapshot: Snapshot, policy: Policy) -> dict[tuple[str, int], list[tuple[str, str]]]:
     if policy.unresolved_env_from != "neutralise":
         return {}
-    spec = mapping_of(pod.get("spec"))
-    if not any(c.get("envFrom") for _, _, _, c in containers(spec)):
+    view = view_for(request, pod)
+    if not any(c.env_from for c in view.containers if c.kind != "ephemeralContainers"):
         return {}
-    _, unresolved = env_from(spec, request.namespace, snapshot, True, ("containers", "initContainers"))
+    _, unresolved = env_from(view, request.namespace, snapshot, True, ("containers", "initContainers"))
     return env_pins.wanted_pins(request, unresolved, allocation, backend) if unresolved else {}
 
 
@@ -254,5 +271,6 @@ def missing_pins(pod: Mapping[str, Any], request: PodRequest, allocation: Alloca
     wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
     if not wanted:
         return None
-    labels = {(key, index): where for key, index, where, _ in containers(mapping_of(pod.get("spec")))}
+    labels = {(c.kind, c.index): named(c.kind, c.index, c.name)
+              for c in view_for(request, pod).of_kind("containers", "initContainers")}
     return env_pins.missing(pod, wanted, labels)

@@ -40,9 +40,9 @@ from webhook.core.podspec.vendors import (
     COUNT_RESOURCES,
     SELECTORS,
     TOPOLOGY_MODELLED,
-    mapping_of,
     unenforced_slice,
 )
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 
 from . import dra, slices
@@ -88,7 +88,7 @@ class Mutation:
             self.final = after_screen(pod, request, final, snapshot, policy, mutating=True)
             return
         self.request = request = _normalise(request, policy)
-        self.warnings = _notes(pod, request, policy)
+        self.warnings = _notes(request, policy)
         constraints_for(request, policy.tolerations)  # parsed now: placement finds them under the plan lock
 
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -144,11 +144,11 @@ class Mutation:
         return replace(decision, patch=tuple(ops))
 
 
-def _notes(pod: Mapping[str, Any], request: PodRequest, policy: Policy) -> tuple[str, ...]:
+def _notes(request: PodRequest, policy: Policy) -> tuple[str, ...]:
     """The warnings of a GPU pod known before placement: the screen's, device-mode annotations naming a mode
     other than the namespace's backend, a slice nothing will enforce."""
     warnings: list[str] = [warning(w) for w in request.warnings] if request.warnings else []
-    annotations = mapping_of(mapping_of(pod.get("metadata")).get("annotations"))
+    annotations = view_for(request).annotations
     if annotations and not request.mig:  # MIG devices are the mode `mig` names: nothing to warn about
         warnings += [warning(w) for w in mode_warnings(annotations, policy.backend_for(request.namespace))]
     unenforced = unenforced_slice(request.vendor, request.shared, request.scheduler_name)

@@ -17,13 +17,14 @@ from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import PodRequest
 from webhook.core.podspec.coerce import is_mapping, list_of, mapping_of
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed, read_sealed, shape_of
+from webhook.core.podspec.view import PodView, view_for
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def sealed_record(pod: Mapping[str, Any], request: PodRequest, key: RecordKey) -> Sealed | str | None:
     """The pod's record when its seal verifies, None when it carries none, else why it is not ours."""
-    raw = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(ANNOTATION)
+    raw = view_for(request, pod).annotations.get(ANNOTATION)
     if raw is None:
         return None
     return read_sealed(raw, shape_of(request.namespace, request.containers), key)
@@ -36,10 +37,12 @@ def without_record(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {**pod, "metadata": metadata}
 
 
-def affinity_lacks(pod: Mapping[str, Any], required: Mapping[str, Any]) -> bool:
-    """True when some required node selector term of the pod does not carry `required` (the node
-    requirement the mutation ANDed into every term), so the pod could run on a node it may not use."""
-    affinity = mapping_of(mapping_of(mapping_of(pod.get("spec")).get("affinity")).get("nodeAffinity"))
+def affinity_lacks(pod: Mapping[str, Any] | PodView, required: Mapping[str, Any]) -> bool:
+    """True when some required node selector term of the pod (or of its view) does not carry `required`
+    (the node requirement the mutation ANDed into every term), so the pod could run on a node it may not
+    use."""
+    given = pod.affinity if isinstance(pod, PodView) else mapping_of(mapping_of(pod.get("spec")).get("affinity"))
+    affinity = mapping_of(given.get("nodeAffinity"))
     terms = list_of(mapping_of(affinity.get(REQUIRED)).get("nodeSelectorTerms"))
     if not terms:
         return True

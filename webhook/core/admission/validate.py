@@ -8,11 +8,11 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
-from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import shape_error
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
-from webhook.core.podspec.vendors import is_mapping, list_of
+from webhook.core.podspec.vendors import is_mapping
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 
 from . import trust
@@ -80,13 +80,14 @@ def _against_record(pod: Mapping[str, Any], request: PodRequest, sealed: Sealed,
     recorded = sealed.allocation
     # A required term is sealed for a default-scheduler pod, and for another scheduler's pod where the
     # namespace's allowedModels restrict it (that scheduler honours node affinity too).
-    if sealed.required is not None and trust.affinity_lacks(request.raw, sealed.required):
+    view = view_for(request)
+    if sealed.required is not None and trust.affinity_lacks(view, sealed.required):
         return denied(403, "affinity-changed",
                       f"a required node affinity term lacks the requirement {sealed.required.get('key')} "
                       f"{sealed.required.get('operator')} {sealed.required.get('values')} that the decision "
                       "ANDed into every term: another webhook or the user changed it; resubmit the pod")
     if (sealed.group_required is not None and request.scheduler_name in DEFAULT_SCHEDULERS
-            and trust.affinity_lacks(request.raw, sealed.group_required)):
+            and trust.affinity_lacks(view, sealed.group_required)):
         return denied(403, "affinity-changed",
                       f"a required node affinity term lacks the requirement {sealed.group_required.get('key')} In "
                       f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
@@ -100,10 +101,12 @@ def _against_record(pod: Mapping[str, Any], request: PodRequest, sealed: Sealed,
 
 
 def _missing_limits(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
+    view = view_for(request)
     for c in request.containers:
         if c.gpu is None or c.gpu.count <= 0:
             continue
-        env = list_of(patches.container_of(request.raw, c).get("env"))
+        container = view.container("initContainers" if c.init else "containers", c.index)
+        env = container.env if container is not None else ()
         have = {e.get("name"): e.get("value") for e in env if is_mapping(e) and isinstance(e.get("name"), str)}
         for name, value in limit_env(backend, c.gpu.count, *allocation.slice_of(c.name)):
             if have.get(name) != value:

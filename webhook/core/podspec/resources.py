@@ -16,7 +16,8 @@ from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES,
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.vendor_quota import device_resource
 
-from .coerce import containers_of, is_mapping, list_of, mapping_of
+from . import view as views
+from .coerce import is_mapping, mapping_of
 from .container import MAX_WARNINGS, Notes, host_value, parse_container
 from .dialects import HAMI_NODE_POLICY, HAMI_NUMA_BIND, HAMI_POLICIES, gpu_policy, numa_bind
 from .envvars import is_bypass_env, is_limit_env, limit_env_of
@@ -115,7 +116,7 @@ def _choice(
     return text
 
 
-def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], notes: Notes) -> dict[str, Any]:
+def _pod_level(containers: list[ContainerRequest], view: views.PodView, notes: Notes) -> dict[str, Any]:
     """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does.
     One pass over the containers for the usual pod; the init-container arithmetic only when there are some."""
     gpus = cpu = memory = 0
@@ -131,11 +132,7 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
         cpu += c.cpu_milli
         memory += c.memory_mib
     if has_init:
-        restartable = {
-            i
-            for i, c in enumerate(list_of(spec.get("initContainers")))
-            if mapping_of(c).get("restartPolicy") == "Always"
-        }
+        restartable = {c.index for c in view.containers if c.kind == "initContainers" and c.restart_policy == "Always"}
         app = [c for c in containers if not c.init]
         init = [c for c in containers if c.init]
 
@@ -157,7 +154,7 @@ def _pod_level(containers: list[ContainerRequest], spec: Mapping[str, Any], note
             memory_pct = g.memory_pct
         if g.cores is not None and (cores is None or g.cores > cores):
             cores = g.cores
-    overhead = mapping_of(spec.get("overhead"))
+    overhead = view.overhead
     if overhead:
         if "cpu" in overhead:
             cpu += host_value("cpu", overhead["cpu"], "overhead", notes)
@@ -185,30 +182,30 @@ def _mig_of(containers: list[ContainerRequest], notes: Notes) -> str:
 
 
 def _containers(
-    spec: Mapping[str, Any], annotations: Mapping[str, Any], notes: Notes
+    spec: Mapping[str, Any], view: views.PodView, notes: Notes
 ) -> tuple[list[ContainerRequest], list[Refusal], bool]:
     """The pod's containers (app, then init), the isolation findings that apply to a GPU pod, and whether
     a container or an annotation makes it one (is_gpu_pod's definition, collected while parsing)."""
+    annotations = view.annotations
     exempt_env = ALLOCATION in annotations
     containers: list[ContainerRequest] = []
     findings: list[Refusal] = []
     if not isinstance(spec.get("containers"), list) or not spec["containers"]:
         notes.deny("invalid-pod", 422, "spec.containers: a pod needs at least one container")
     gpu_pod = bool(annotations) and not GPU_REQUEST_ANNOTATIONS.isdisjoint(annotations)
-    for init, index, container in containers_of(spec):
-        request, found, gpu_signal = parse_container(container, index, init, exempt_env, notes)
-        containers.append(request)
-        findings.extend(found)
-        gpu_pod = gpu_pod or gpu_signal
     # Ephemeral containers (`kubectl debug`) are held to the same isolation rules; they take no part in
     # the pod's resources (the API refuses resources on them), so they are not among `containers`.
-    for index, container in enumerate(list_of(spec.get("ephemeralContainers"))):
+    for view_of_container in view.containers:
+        kind = view_of_container.kind
+        ephemeral = kind == "ephemeralContainers"
         request, found, gpu_signal = parse_container(
-            mapping_of(container), index, False, False, notes, "ephemeral container"
-        )
+            view_of_container.raw, view_of_container.index, kind == "initContainers", exempt_env and not ephemeral,
+            notes, "ephemeral container" if ephemeral else None)
         findings.extend(found)
         gpu_pod = gpu_pod or gpu_signal
-        if request.gpu is not None:
+        if not ephemeral:
+            containers.append(request)
+        elif request.gpu is not None:
             notes.deny("ephemeral-resources", 422,
                        f"ephemeral container {request.name!r} asks for GPUs; ephemeral containers cannot have "
                        "resources: debug with a container that asks for none")
@@ -237,11 +234,11 @@ def _kai_share(containers: list[ContainerRequest], annotations: Mapping[str, Any
         )
 
 
-def _isolation(spec: Mapping[str, Any], findings: list[Refusal], gpu_pod: bool, notes: Notes) -> bool:
+def _isolation(view: views.PodView, findings: list[Refusal], gpu_pod: bool, notes: Notes) -> bool:
     """Device hostPath volumes make a GPU pod; a GPU pod's findings and such volumes are denied."""
     host_paths: list[str] = []
-    for volume in list_of(spec.get("volumes")):
-        path = mapping_of(mapping_of(volume).get("hostPath")).get("path")
+    for volume in view.volumes:
+        path = mapping_of(volume.get("hostPath")).get("path")
         if is_device_hostpath(path):
             host_paths.append(str(path))
     gpu_pod = gpu_pod or bool(host_paths)
@@ -285,8 +282,9 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         notes.deny("invalid-pod", 422, "the object is not a pod: expected a mapping")
         pod = {}
     metadata, spec = mapping_of(pod.get("metadata")), mapping_of(pod.get("spec"))
-    annotations = mapping_of(metadata.get("annotations"))
-    containers, findings, gpu_pod = _containers(spec, annotations, notes)
+    view = views.view_of(pod)
+    annotations = view.annotations
+    containers, findings, gpu_pod = _containers(spec, view, notes)
     _kai_share(containers, annotations, spec.get("schedulerName"), notes)
     vendors = {c.gpu.vendor for c in containers if c.gpu is not None}
     if len(vendors) > 1:
@@ -294,9 +292,9 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
         notes.deny("mixed-vendors", 422, f"the pod asks for {shown} devices; use one vendor per pod")
     vendor = next(iter(vendors)) if len(vendors) == 1 else ""
     mig = _mig_of(containers, notes)
-    gpu_pod = _isolation(spec, findings, gpu_pod, notes)
+    gpu_pod = _isolation(view, findings, gpu_pod, notes)
     scheduling = _scheduling(annotations, vendor, notes)
-    level = _pod_level(containers, spec, notes)
+    level = _pod_level(containers, view, notes)
     if level["gpus"] > 1 and numa_bind(annotations):
         notes.warn(f"annotation {HAMI_NUMA_BIND}: GPUs are chosen by link topology, which prefers one NUMA node")
     name = metadata.get("name") or metadata.get("generateName") or ""
@@ -318,6 +316,7 @@ def parse_pod(pod: Mapping[str, Any], namespace: str | None = None) -> PodReques
     fields["violations"] = tuple(notes.violations)
     fields["warnings"] = tuple(notes.warnings)
     fields["raw"] = pod
+    fields["view"] = view
     fields.update(scheduling)
     fields.update(level)
     if len(fields) != _FIELD_COUNT:  # a name PodRequest lacks was stored: a mistake here, not in the pod

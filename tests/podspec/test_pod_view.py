@@ -1,0 +1,136 @@
+"""The pod read once into a view: what the view says is what the raw pod says, one view per admission,
+and a request given another pod never keeps the old pod's view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from builders import H100, node, pod, snapshot
+
+from webhook.core.admission import admit
+from webhook.core.podspec import view as views
+from webhook.core.podspec.resources import parse_pod
+from webhook.core.podspec.view import PodView, view_for, view_of
+from webhook.core.policy.model import Policy
+
+SNAP = snapshot(node("n1", H100, 8))
+
+
+def _full_pod() -> dict[str, Any]:
+    app = {"name": "main", "image": "cuda:12",
+           "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}, "requests": {"memory": "1Gi"}},
+           "env": [{"name": "A", "value": "1"}], "envFrom": [{"configMapRef": {"name": "settings"}}],
+           "volumeMounts": [{"name": "data", "mountPath": "/data"}], "securityContext": {"privileged": True}}
+    side = {"name": "proxy", "image": "envoy", "restartPolicy": "Always"}
+    init = {"name": "setup", "image": "busybox", "envFrom": [{"prefix": "APP_", "secretRef": {"name": "db"}}]}
+    debug = {"name": "debugger", "image": "busybox", "volumeMounts": [{"name": "data", "mountPath": "/mnt"}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
+    return {
+        "metadata": {"generateName": "train-", "namespace": "team-a", "uid": "u-1",
+                     "annotations": {"a": "b"}, "labels": {"app": "train"}},
+        "spec": {
+            "containers": [app], "initContainers": [side, init], "ephemeralContainers": [debug],
+            "volumes": [{"name": "data", "emptyDir": {}}], "nodeSelector": {"zone": "a"}, "affinity": affinity,
+            "tolerations": [{"key": "k", "operator": "Exists"}], "schedulerName": "volcano",
+            "runtimeClassName": "nvidia", "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}],
+            "overhead": {"cpu": "100m"}, "schedulingGates": [{"name": "wait"}],
+        },
+    }
+
+
+def test_the_view_says_what_the_raw_pod_says() -> None:
+    raw = _full_pod()
+    view = view_of(raw)
+    spec, meta = raw["spec"], raw["metadata"]
+    assert view.raw is raw
+    assert (view.name, view.namespace, view.uid) == ("train-", "team-a", "u-1")
+    assert view.annotations == meta["annotations"] and view.labels == meta["labels"]
+    assert [(c.kind, c.index, c.name) for c in view.containers] == [
+        ("containers", 0, "main"), ("initContainers", 0, "proxy"), ("initContainers", 1, "setup"),
+        ("ephemeralContainers", 0, "debugger")]
+    assert [c.name for c in view.app] == ["main"]
+    assert [c.name for c in view.init] == ["proxy", "setup"]
+    assert [c.name for c in view.ephemeral] == ["debugger"]
+    main, proxy, setup, debugger = view.containers
+    assert main.raw is spec["containers"][0] and main.path == "/spec/containers/0"
+    assert setup.path == "/spec/initContainers/1" and debugger.path == "/spec/ephemeralContainers/0"
+    assert (main.image, main.limits, main.requests) == ("cuda:12", {"nvidia.com/gpu": "1", "cpu": "2"},
+                                                        {"memory": "1Gi"})
+    assert list(main.env) == spec["containers"][0]["env"] and list(main.env_from) == [
+        {"configMapRef": {"name": "settings"}}]
+    assert list(setup.env_from) == spec["initContainers"][1]["envFrom"]
+    assert list(main.volume_mounts) == [{"name": "data", "mountPath": "/data"}]
+    assert list(debugger.volume_mounts) == [{"name": "data", "mountPath": "/mnt"}]
+    assert main.privileged and not proxy.privileged
+    assert (proxy.restart_policy, setup.restart_policy) == ("Always", "")
+    assert view.container("initContainers", 1) is setup and view.container("containers", 3) is None
+    assert list(view.volumes) == spec["volumes"] and view.node_selector == {"zone": "a"}
+    assert view.affinity == spec["affinity"] and list(view.tolerations) == spec["tolerations"]
+    assert (view.node_name, view.scheduler_name, view.runtime_class_name) == ("", "volcano", "nvidia")
+    assert list(view.resource_claims) == spec["resourceClaims"] and view.overhead == {"cpu": "100m"}
+    assert list(view.scheduling_gates) == [{"name": "wait"}]
+
+
+def test_a_view_is_frozen_and_of_a_pod_with_wrong_types_reads_them_as_absent() -> None:
+    view = view_of({"metadata": {"name": 5, "annotations": []}, "spec": {"containers": "x", "volumes": {}}})
+    assert (view.name, view.annotations, view.containers, view.volumes) == ("", {}, (), ())
+    with pytest.raises(AttributeError):
+        view.name = "other"  # type: ignore[misc]
+
+
+def test_the_parsed_request_carries_the_view_of_its_own_pod() -> None:
+    raw = _full_pod()
+    request = parse_pod(raw)
+    assert isinstance(request.view, PodView) and request.view.raw is raw
+    assert view_for(request) is request.view
+    assert request.evolve(gpus=3).view is request.view
+
+
+def test_a_request_evolved_with_another_pod_never_keeps_the_old_view() -> None:
+    request = parse_pod(_full_pod())
+    other = pod({"nvidia.com/gpu": "2"}, name="q")
+    moved = request.evolve(raw=other)
+    assert moved.view is None
+    assert view_for(moved).raw is other and view_for(moved).app[0].limits == {"nvidia.com/gpu": "2"}
+    assert request.evolve(raw=request.raw).view is request.view
+
+
+def test_a_request_made_from_the_blank_one_never_carries_another_pods_view() -> None:
+    first, second = pod({"nvidia.com/gpu": "1"}, name="a"), pod({"nvidia.com/gpu": "1"}, name="b")
+    one, two = parse_pod(first), parse_pod(second)
+    assert isinstance(one.view, PodView) and isinstance(two.view, PodView)
+    assert one.view.raw is first and two.view.raw is second and one.view is not two.view
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = views.view_of
+
+    def counted(raw: Any) -> PodView:
+        calls.append(1)
+        return real(raw)
+    monkeypatch.setattr(views, "view_of", counted)
+    return calls
+
+
+def test_one_view_is_built_per_mutation(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting(monkeypatch)
+    decision = admit.mutate(pod({"nvidia.com/gpu": "1"}), SNAP, Policy())
+    assert decision.allowed and decision.patch
+    assert len(calls) == 1
+
+
+def test_one_view_is_built_per_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    decision = admit.mutate(pod({"nvidia.com/gpu": "1"}), SNAP, Policy())
+    final = _patched(pod({"nvidia.com/gpu": "1"}), decision.patch)
+    calls = _counting(monkeypatch)
+    assert admit.validate(final, SNAP, Policy()).allowed
+    assert len(calls) == 1
+
+
+def _patched(raw: dict[str, Any], ops: Any) -> dict[str, Any]:
+    jsonpatch = pytest.importorskip("jsonpatch")
+    patched: dict[str, Any] = jsonpatch.apply_patch(raw, [dict(op) for op in ops])
+    return patched

@@ -16,6 +16,7 @@ import webhook
 # Memos kept in plain containers (or objects with an `entries` dict), by module. The functools caches
 # need no list: every one defined at module level in webhook is found and cleared.
 MEMOS: dict[str, tuple[str, ...]] = {
+    "webhook.core.podspec.record": ("_PARSED",),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
     "webhook.core.admission.mutate": ("_REQUIRED",),
 }

@@ -40,6 +40,11 @@ def read(raw: str) -> Sealed:
     return got
 
 
+@pytest.fixture(autouse=True)
+def no_kept_parses() -> None:
+    record._PARSED.clear()
+
+
 def test_records_differing_only_in_nonce_each_read_with_their_own_nonce() -> None:
     first = read(sealed_text(allocation(), REQUIRED, SHAPE, KEY, nonce="0b8a9f5e-1234-4c2d-9e1f-aabbccddeeff"))
     second = read(sealed_text(allocation(), REQUIRED, SHAPE, KEY, nonce="11111111-2222-4333-8444-555555555555"))
@@ -47,6 +52,7 @@ def test_records_differing_only_in_nonce_each_read_with_their_own_nonce() -> Non
     assert second.nonce == "11111111-2222-4333-8444-555555555555"
     assert first.allocation == second.allocation == allocation()
     assert first.required == second.required == REQUIRED
+    assert len(record._PARSED) == 1  # the second was not parsed again
     third = read(sealed_text(allocation("gpu-b"), REQUIRED, SHAPE, KEY, nonce="22222222"))
     assert third.allocation.node == "gpu-b" and third.nonce == "22222222"
 
@@ -67,9 +73,11 @@ def test_a_record_that_names_its_nonce_twice_reads_as_json_reads_it() -> None:
     is no template for another whose first nonce differs, even when its two nonces agree."""
     body = json.dumps(record.allocation_to_json(allocation()), sort_keys=True, separators=(",", ":"))
     for second_key in ('"nonce"', '"n\\u006fnce"'):
+        record._PARSED.clear()
         raws = [sealed(f'{body[:-1]},"nonce":"{first}","required":{{}},{second_key}:"aaa"}}')
                 for first in ("aaa", "bbb")]
         assert [read(raw).nonce for raw in raws] == ["aaa", "aaa"]
+        assert not record._PARSED
 
 
 def test_a_malformed_record_is_refused_with_the_same_words_each_time() -> None:

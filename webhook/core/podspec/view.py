@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from webhook.core.domain.model import PodRequest
@@ -21,7 +22,7 @@ from .coerce import mapping_of
 
 CONTAINER_KINDS = ("containers", "initContainers", "ephemeralContainers")
 _NONE: tuple[Any, ...] = ()
-_EMPTY: Mapping[str, Any] = {}  # shared, never written
+_EMPTY: Mapping[str, Any] = MappingProxyType({})  # shared by every absent mapping field: read-only
 
 
 # Read-only by convention, not frozen: a frozen dataclass sets each field through object.__setattr__,

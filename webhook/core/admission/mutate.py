@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from webhook.core.domain.decision import Decision, denied, patched, refused, warning
+from webhook.core.domain.decision import Decision, denied, patched, refused, warning, with_patch
 from webhook.core.domain.model import (
     Allocation,
     Node,
@@ -141,7 +141,7 @@ class Mutation:
         ops = _patch(self.request, allocation, None if awaiting else placement, snapshot, self.policy, key=self.key,
                      required=required, group_required=group_required, group_preferred=group_preferred,
                      nonce=sealed.nonce if sealed is not None else self.nonce)
-        return replace(decision, patch=tuple(ops))
+        return with_patch(decision, tuple(ops))
 
 
 def _notes(request: PodRequest, policy: Policy) -> tuple[str, ...]:

@@ -47,6 +47,12 @@ def patched(patch: tuple[Mapping[str, Any], ...], allocation: Allocation | None,
     return Decision(True, 200, message, reason, warnings, patch, allocation, managed, gpu_pod)
 
 
+def with_patch(decision: Decision, patch: tuple[Mapping[str, Any], ...]) -> Decision:
+    """`decision` with these operations (dataclasses.replace costs three times more, on every admission)."""
+    d = decision
+    return Decision(d.allowed, d.code, d.message, d.reason, d.warnings, patch, d.allocation, d.managed, d.gpu_pod)
+
+
 def denied(code: int, reason: str, message: str, *, warnings: tuple[str, ...] = (), managed: bool = True,
            gpu_pod: bool = True) -> Decision:
     """Refuse, with the HTTP status the API server shows and a message the user can act on."""

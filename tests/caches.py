@@ -18,7 +18,6 @@ import webhook
 MEMOS: dict[str, tuple[str, ...]] = {
     "webhook.core.podspec.record": ("_PARSED",),
     "webhook.core.placement.mixlearn": ("_HOSTS", "_MIXES"),
-    "webhook.core.admission.mutate": ("_REQUIRED",),
 }
 
 # Kind registries that compiled values index into: dropped as the module drops them when full (a new

@@ -2,14 +2,15 @@
 the sealed decision record.
 
 Cost: placement contexts are compiled once per policy (kept in `policy.compiled`), and the required
-affinity term is memoised per eligible node set (`_REQUIRED`), so a warm request only looks them up.
+affinity term is kept per eligible node set with the node index (`Statics.required`), so a warm request
+only looks it up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from webhook.core.domain.decision import Decision, denied, patched, refused, warning, with_patch
 from webhook.core.domain.model import (
@@ -241,34 +242,6 @@ def _normalise(request: PodRequest, policy: Policy) -> PodRequest:
     return request.evolve(memory_mib=memory_mib, memory_pct=memory_pct, cores=cores, gpu_placement=gpu_placement)
 
 
-T = TypeVar("T")
-
-
-class _ByIdentity:
-    """A bounded memo keyed by the identity of an object (plus a hashable detail). Each entry holds its
-    object, so that the id is not reused while the entry exists; everything is dropped when full."""
-
-    def __init__(self, limit: int = 4096) -> None:
-        self.limit = limit
-        self.entries: dict[tuple[int, Any], tuple[object, Any]] = {}
-
-    def get(self, owner: object, detail: Any, make: Callable[[], T]) -> T:
-        key = (id(owner), detail)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0] is owner:
-            found: T = hit[1]
-            return found
-        value = make()
-        if len(self.entries) >= self.limit:
-            self.entries.clear()
-        self.entries[key] = (owner, value)
-        return value
-
-
-# Required affinity terms by eligible set (memoised per node set by the placement, so one tuple each).
-_REQUIRED = _ByIdentity()
-
-
 class _Contexts:
     """The placement context of one (namespace, pod choice) under a policy, and the same with the learned
     mix in force (a context is immutable by convention: the learned mix makes a new one when it changes)."""
@@ -418,7 +391,16 @@ MODEL_LABEL = GPU_PRODUCT_LABEL
 def _required(placement: Placement, snapshot: Snapshot, policy: Policy) -> dict[str, Any]:
     """The node selector requirement naming the eligible nodes (computed once per eligible set)."""
     eligible, limit = placement.eligible, policy.max_affinity_nodes
-    term = _REQUIRED.get(eligible, limit, lambda: _required_term(eligible, index_of(snapshot).statics, limit))
+    statics = index_of(snapshot).statics
+    # Kept with the node set (its Statics), by the eligible tuple, which that node set's placement memo
+    # hands out once per set: 0.9 us a warm request against 4 us on 96 nodes and 0.7 ms on 14,000.
+    key = (id(eligible), limit)
+    hit = statics.required.get(key)
+    if hit is None or hit[0] is not eligible:
+        if len(statics.required) >= 4096:
+            statics.required.clear()
+        hit = statics.required[key] = (eligible, _required_term(eligible, statics, limit))
+    term = hit[1]
     return {**term, "values": list(term["values"])}  # the caller's own copy
 
 

@@ -195,6 +195,9 @@ class Statics:
     reach: dict[Any, Any] = field(default_factory=dict)
     # Multi-pod groups' domain tables (group_place.table_of): levels -> (eligible names, table), newest last.
     tables: dict[tuple[str, ...], list[tuple[tuple[str, ...], Any]]] = field(default_factory=dict)
+    # The required node-affinity term the mutation writes (admission/mutate.py `_required`), by the
+    # eligible tuple's identity and the names limit: (that tuple, the term).
+    required: dict[tuple[int, int], tuple[tuple[str, ...], Any]] = field(default_factory=dict)
 
     def label_index(self) -> LabelIndex:
         found = self.labels

@@ -66,3 +66,23 @@ def _api_error(status: int, body: str) -> ApiException:
     err = ApiException(status=status, reason={403: "Forbidden", 404: "Not Found", 409: "Conflict"}.get(status, "Error"))
     err.body = body
     return err
+
+
+def refusing_lister(status: int) -> object:
+    """A `KubeLister` whose custom-object lists all fail with HTTP `status` (404: the API is absent; 403:
+    the role may not read it), paging 10 at a time and looking for absent APIs again at once."""
+    from webhook.cluster import kube
+
+    class Refused(Exception):
+        def __init__(self) -> None:
+            super().__init__(f"HTTP {status}")
+            self.status = status
+
+    class Custom:
+        def list_cluster_custom_object(self, *args: object, **kwargs: object) -> object:
+            raise Refused()
+
+    lister = kube.KubeLister.__new__(kube.KubeLister)
+    lister.page_size, lister.request_timeout, lister.absent_recheck = 10, 1.0, 0.0
+    lister.custom = Custom()
+    return lister

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import jsonpatch
+from fake_custom_objects import refusing_lister
 from group_support import CLIQUE, clique_node, cliques_cache
 
-from webhook.cluster import kube
 from webhook.cluster.cache import ClusterCache
 from webhook.cluster.source import LiveSource
 from webhook.cluster.translate import build_snapshot
@@ -95,29 +95,15 @@ def test_a_pytorchjobs_first_pod_is_placed_and_promised_for_its_four_pods_withou
 
 
 def test_an_api_the_cluster_lacks_or_the_role_cannot_read_lists_empty() -> None:
-    class Refused(Exception):
-        def __init__(self, status: int) -> None:
-            super().__init__(f"HTTP {status}")
-            self.status = status
-
-    class Custom:
-        def __init__(self, status: int) -> None:
-            self.status = status
-
-        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-            raise Refused(self.status)
-
-    lister = kube.KubeLister.__new__(kube.KubeLister)
-    lister.page_size, lister.request_timeout, lister.absent_recheck = 10, 1.0, 0.0
     for status in (404, 403):
-        lister.custom = Custom(status)
+        lister: Any = refusing_lister(status)
         for kind in ("pytorchjobs", "volcanojobs", "podgroups"):
             assert [page["items"] for page in lister.list_pages(kind)] == [[]]
-    lister.custom = Custom(403)  # the GPUInventory CRD unreadable is an error, as before
+    lister = refusing_lister(403)  # the GPUInventory CRD unreadable is an error, as before
     try:
         list(lister.list_pages("gpuinventories"))
-    except Refused as error:
-        assert error.status == 403
+    except Exception as error:  # noqa: BLE001 - the lister's own refusal, checked below
+        assert getattr(error, "status", None) == 403
     else:
         raise AssertionError("a refused GPUInventory list must fail")
 

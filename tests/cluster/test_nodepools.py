@@ -11,6 +11,7 @@ import jsonpatch
 import pytest
 import yaml
 from builders import H100, node, pod
+from fake_custom_objects import refusing_lister
 from pool_support import TOLERATE_GPU, fixture, h100_nodepool, training_pod, with_pools
 
 from webhook.cluster import kube
@@ -135,22 +136,8 @@ def test_the_cache_keeps_the_pools_as_build_snapshot_reads_them_and_counts_the_n
 
 
 def test_absent_or_unreadable_pool_apis_list_empty() -> None:
-    class Refused(Exception):
-        def __init__(self, status: int) -> None:
-            super().__init__(f"HTTP {status}")
-            self.status = status
-
-    class Custom:
-        def __init__(self, status: int) -> None:
-            self.status = status
-
-        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-            raise Refused(self.status)
-
-    lister = kube.KubeLister.__new__(kube.KubeLister)
-    lister.page_size, lister.request_timeout, lister.absent_recheck = 10, 1.0, 0.0
     for status in (404, 403):
-        lister.custom = Custom(status)
+        lister: Any = refusing_lister(status)
         for kind in ("nodepools", "machinedeployments", "machinesets", "machinepools", "xgboostjobs", "paddlejobs",
                      "jaxjobs"):
             assert [page["items"] for page in lister.list_pages(kind)] == [[]]

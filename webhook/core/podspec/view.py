@@ -105,8 +105,8 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def _entries(value: object) -> tuple[Mapping[str, Any], ...]:
     """A list of mappings as a tuple; an entry of another type is left out (the shape check refuses it)."""
-    if type(value) is not list or not value:
-        return _NONE if not isinstance(value, list) or not value else _entries(list(value))
+    if not value or not isinstance(value, list):
+        return _NONE
     entries = tuple(value)
     for entry in entries:
         if type(entry) is not dict:

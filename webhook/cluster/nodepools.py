@@ -31,6 +31,7 @@ from typing import Any
 
 from webhook.core.domain.model import Node, ScalePool, Taint
 from webhook.core.placement.capacity import NODEPOOL
+from webhook.core.podspec.coerce import mapping_of
 from webhook.core.podspec.quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 
@@ -55,16 +56,12 @@ _MANAGED = ("node-role.kubernetes.io", "node-restriction.kubernetes.io", "node.c
 _VENDOR_OF = {resource: vendor for vendor, resource in COUNT_RESOURCES.items()}
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _strings(value: object) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(value).items() if isinstance(v, (str, int, float, bool))}
+    return {str(k): str(v) for k, v in mapping_of(value).items() if isinstance(v, (str, int, float, bool))}
 
 
 def _taint(item: object) -> Taint | None:
-    raw = _map(item)
+    raw = mapping_of(item)
     key = raw.get("key")
     if not isinstance(key, str) or not key:
         return None
@@ -83,15 +80,15 @@ def read_pool(obj: Mapping[str, Any]) -> ScalePool | str:
 
 def nodepool_of(obj: Mapping[str, Any]) -> ScalePool | str:
     """A Karpenter NodePool as a pool (its GPUs come from its requirements, judged per pod)."""
-    name = _map(obj.get("metadata")).get("name")
+    name = mapping_of(obj.get("metadata")).get("name")
     if not isinstance(name, str) or not name:
         return "metadata.name: required"
-    spec = _map(obj.get("spec"))
-    template = _map(spec.get("template"))
-    labels = _strings(_map(template.get("metadata")).get("labels"))
+    spec = mapping_of(obj.get("spec"))
+    template = mapping_of(spec.get("template"))
+    labels = _strings(mapping_of(template.get("metadata")).get("labels"))
     requirements = []
-    for i, item in enumerate(_map(template.get("spec")).get("requirements") or ()):
-        raw = _map(item)
+    for i, item in enumerate(mapping_of(template.get("spec")).get("requirements") or ()):
+        raw = mapping_of(item)
         key, operator, values = raw.get("key"), raw.get("operator"), raw.get("values") or []
         if not isinstance(key, str) or not isinstance(operator, str) or not isinstance(values, list):
             return f"spec.template.spec.requirements[{i}]: expected key, operator and values"
@@ -99,17 +96,17 @@ def nodepool_of(obj: Mapping[str, Any]) -> ScalePool | str:
         if operator == "In" and len(values) == 1:
             labels.setdefault(key, str(values[0]))
     labels[NODEPOOL_LABEL] = name
-    taints = tuple(t for t in map(_taint, _map(template.get("spec")).get("taints") or ()) if t is not None)
+    taints = tuple(t for t in map(_taint, mapping_of(template.get("spec")).get("taints") or ()) if t is not None)
     limits: dict[str, int] = {}
-    for resource, quantity in _map(spec.get("limits")).items():
+    for resource, quantity in mapping_of(spec.get("limits")).items():
         try:
             limits[str(resource)] = _amount(str(resource), quantity)
         except QuantityError as err:
             return f"spec.limits[{resource}]: {err}"
-    ready = [c for c in _map(obj.get("status")).get("conditions") or () if _map(c).get("type") == "Ready"]
+    ready = [c for c in mapping_of(obj.get("status")).get("conditions") or () if mapping_of(c).get("type") == "Ready"]
     full = ""
-    if ready and _map(ready[0]).get("status") == "False":
-        full = f"the NodePool is not Ready ({_map(ready[0]).get('reason') or 'no reason given'})"
+    if ready and mapping_of(ready[0]).get("status") == "False":
+        full = f"the NodePool is not Ready ({mapping_of(ready[0]).get('reason') or 'no reason given'})"
     return ScalePool(name, labels, taints, gpu_count=0, kind=NODEPOOL, requirements=tuple(requirements),
                      limits=limits, full=full)
 
@@ -124,7 +121,7 @@ def _amount(resource: str, quantity: object) -> int:
 
 
 def weight_of(obj: Mapping[str, Any]) -> int:
-    weight = _map(obj.get("spec")).get("weight")
+    weight = mapping_of(obj.get("spec")).get("weight")
     return weight if type(weight) is int else 0
 
 
@@ -152,7 +149,7 @@ def with_usage(pool: ScalePool, nodes: Iterable[Node]) -> ScalePool:
 
 def node_group_of(obj: Mapping[str, Any]) -> ScalePool | str:
     """A Cluster API MachineDeployment, MachineSet or MachinePool that the autoscaler scales, as a pool."""
-    metadata, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    metadata, spec = mapping_of(obj.get("metadata")), mapping_of(obj.get("spec"))
     annotations = _strings(metadata.get("annotations"))
     name = f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
     if MIN_SIZE not in annotations or MAX_SIZE not in annotations:
@@ -191,9 +188,9 @@ def _managed(key: str) -> bool:
 
 
 def _group_labels(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> dict[str, str]:
-    template = _map(spec.get("template"))
-    labels = {k: v for source in (_map(template.get("metadata")).get("labels"),
-                                  _map(_map(template.get("spec")).get("metadata")).get("labels"))
+    template = mapping_of(spec.get("template"))
+    labels = {k: v for source in (mapping_of(template.get("metadata")).get("labels"),
+                                  mapping_of(mapping_of(template.get("spec")).get("metadata")).get("labels"))
               for k, v in _strings(source).items() if _managed(k)}
     for item in annotations.get(LABELS, "").split(","):
         key, sep, value = item.partition("=")
@@ -203,7 +200,7 @@ def _group_labels(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> di
 
 
 def _group_taints(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[Taint, ...]:
-    taints = [t for t in map(_taint, _map(_map(spec.get("template")).get("spec")).get("taints") or ()) if t]
+    taints = [t for t in map(_taint, mapping_of(mapping_of(spec.get("template")).get("spec")).get("taints") or ()) if t]
     for item in annotations.get(TAINTS, "").split(","):
         head, _, effect = item.strip().partition(":")
         key, _, value = head.partition("=")

@@ -35,22 +35,7 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
         if isinstance(item, Problem):
             scoped = not item.kind or is_cluster_scoped(None, item.kind)
             namespace = item.namespace or ("" if scoped else default_namespace)
-            results.append(
-                Result(
-                    item.source,
-                    item.kind,
-                    item.name,
-                    namespace,
-                    managed=False,
-                    allowed=False,
-                    code=0,
-                    reason="input-error",
-                    message=item.message,
-                    replicas=0,
-                    error=True,
-                    error_field=item.field,
-                )
-            )
+            results.append(Result.input_error(item.source, item.kind, item.name, namespace, item.message, item.field))
         elif isinstance(item, ClaimObject):
             results.append(_decide_claim(item, snapshot, policy, item.namespace or default_namespace))
         elif isinstance(item, Skipped):
@@ -76,20 +61,11 @@ def evaluate(workloads: Sequence[Any], snapshot: Any, policy: Any, default_names
                     item, snapshot, policy, namespace, lws_sizes.get((item.source, item.name), 1)
                 )
             except Exception as err:  # noqa: BLE001 - one pod the core chokes on must not end the run
-                result = Result(
-                    item.source,
-                    item.kind,
-                    item.name,
-                    namespace,
-                    managed=False,
-                    allowed=False,
-                    code=500,
-                    reason="input-error",
-                    role=item.role,
+                result = Result.input_error(
+                    item.source, item.kind, item.name, namespace,
+                    f"could not be decided: internal error ({type(err).__name__}: {err})",
+                    item.template_path.lstrip("/").replace("/", "."), code=500, role=item.role,
                     replicas=item.replicas,
-                    message=f"could not be decided: internal error ({type(err).__name__}: {err})",
-                    error=True,
-                    error_field=item.template_path.lstrip("/").replace("/", "."),
                 )
             results.append(result)
     _note_open_groups(results, snapshot)

@@ -44,6 +44,13 @@ class Result:
     pods: list[dict[str, Any]] = field(default_factory=list)  # each pod decided: name, verdict, allocation
     warning_pods: dict[str, list[int]] = field(default_factory=dict)  # warning -> the pods (1-based) that drew it
 
+    @classmethod
+    def input_error(cls, source: str, kind: str, name: str, namespace: str, message: str, field: str,
+                    code: int = 0, **more: Any) -> Result:
+        """A document check could not read or decide: refused, with the field at fault (exit code 2)."""
+        return cls(source, kind, name, namespace, managed=False, allowed=False, code=code, reason="input-error",
+                   message=message, error=True, error_field=field, **{"replicas": 0, **more})
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,

@@ -3,12 +3,17 @@ and a request given another pod never keeps the old pod's view."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from builders import H100, node, pod, snapshot
 
 from webhook.core.admission import admit
+from webhook.core.podspec import podshape
 from webhook.core.podspec import view as views
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.podspec.view import PodView, view_for, view_of
@@ -105,14 +110,18 @@ def test_a_request_made_from_the_blank_one_never_carries_another_pods_view() -> 
     assert one.view.raw is first and two.view.raw is second and one.view is not two.view
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = views.view_of
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every view built, by either builder, wherever it is called from."""
+    calls: list[str] = []
 
-    def counted(raw: Any) -> PodView:
-        calls.append(1)
-        return real(raw)
-    monkeypatch.setattr(views, "view_of", counted)
+    def counted(real: Any) -> Any:
+        def build(raw: Any) -> PodView:
+            calls.append(real.__name__)
+            view: PodView = real(raw)
+            return view
+        return build
+    for module, name in ((views, "view_of"), (podshape, "view_of"), (podshape, "checked_view")):
+        monkeypatch.setattr(module, name, counted(getattr(module, name)))
     return calls
 
 
@@ -120,7 +129,7 @@ def test_one_view_is_built_per_mutation(monkeypatch: pytest.MonkeyPatch) -> None
     calls = _counting(monkeypatch)
     decision = admit.mutate(pod({"nvidia.com/gpu": "1"}), SNAP, Policy())
     assert decision.allowed and decision.patch
-    assert len(calls) == 1
+    assert calls == ["checked_view"]  # the pod is well formed: built once, without type tests
 
 
 def test_one_view_is_built_per_validation(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,10 +137,63 @@ def test_one_view_is_built_per_validation(monkeypatch: pytest.MonkeyPatch) -> No
     final = _patched(pod({"nvidia.com/gpu": "1"}), decision.patch)
     calls = _counting(monkeypatch)
     assert admit.validate(final, SNAP, Policy()).allowed
-    assert len(calls) == 1
+    assert calls == ["checked_view"]  # the pod is well formed: built once, without type tests
 
 
 def _patched(raw: dict[str, Any], ops: Any) -> dict[str, Any]:
     jsonpatch = pytest.importorskip("jsonpatch")
     patched: dict[str, Any] = jsonpatch.apply_patch(raw, [dict(op) for op in ops])
     return patched
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _pods_in(value: Any) -> Iterator[dict[str, Any]]:
+    """Every pod and pod template inside a decoded manifest or review: a mapping whose spec has containers."""
+    if isinstance(value, dict):
+        spec = value.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+            yield value
+        for item in value.values():
+            yield from _pods_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _pods_in(item)
+
+
+def _fixture_pods() -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = []
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.suffix == ".json":
+            pods += _pods_in(json.loads(path.read_text()))
+        elif path.suffix in (".yaml", ".yml"):
+            for text in path.read_text().split("\n---"):
+                try:
+                    pods += _pods_in(yaml.safe_load(text))
+                except yaml.YAMLError:  # the fixtures of bad input
+                    continue
+    return pods
+
+
+def test_the_checked_view_of_every_public_manifest_is_the_view() -> None:
+    """read_pod builds a well-formed pod's view without type tests: it must be the same view."""
+    pods = _fixture_pods()
+    assert len(pods) > 100
+    checked = 0
+    for raw in pods:
+        read = podshape.read_pod(raw)
+        if isinstance(read, str):  # a template the shape check refuses: nothing to compare
+            continue
+        assert read == view_of(raw), raw.get("metadata")
+        checked += 1
+    assert checked > 100
+
+
+def test_a_pod_of_wrong_types_is_refused_by_the_one_reader_with_the_field_path() -> None:
+    raw = pod({"nvidia.com/gpu": "1"})
+    raw["spec"]["containers"][0]["securityContext"] = {"privileged": "true"}
+    assert podshape.read_pod(raw) == "spec.containers[0].securityContext.privileged: expected true or false, " \
+                                     "got a string"
+    raw["spec"]["containers"][0]["securityContext"] = None
+    assert isinstance(podshape.read_pod(raw), PodView)

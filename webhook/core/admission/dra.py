@@ -37,6 +37,7 @@ from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
 from webhook.core.podspec.vendor_table import MAX_GPUS
+from webhook.core.podspec.view import PodView, view_for
 from webhook.core.policy.model import DRA_DEVICE_CLASSES, Policy
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
@@ -192,28 +193,25 @@ def count_claim(claim: Claim, where: str, namespace: str, policy: Policy, tally:
         tally.gpus += max(a.count for a in gpu_asks)
 
 
-def _extended(pod_spec: Mapping[str, Any], names: tuple[str, ...]) -> int:
+def _extended(pod: PodView, names: tuple[str, ...]) -> int:
     """Whole GPUs asked through DRA-backed extended resources, init containers counted as Kubernetes does."""
     app = sidecars = peak = 0
-    for key in ("containers", "initContainers"):
-        for raw in list_of(pod_spec.get(key)):
-            container = mapping_of(raw)
-            resources = mapping_of(container.get("resources"))
-            merged = {**mapping_of(resources.get("requests")), **mapping_of(resources.get("limits"))}
-            value = 0
-            for name in names:
-                try:
-                    quantity = parse_quantity(merged[name]) if name in merged else 0
-                except QuantityError:
-                    continue  # left to the API server, which refuses a malformed quantity
-                value += int(quantity) if quantity >= 0 else 0
-            if key == "containers":
-                app += value
-            elif container.get("restartPolicy") == "Always":
-                sidecars += value
-                peak = max(peak, sidecars)
-            else:
-                peak = max(peak, sidecars + value)
+    for container in pod.of_kind("containers", "initContainers"):  # app containers first
+        merged = {**container.requests, **container.limits}
+        value = 0
+        for name in names:
+            try:
+                quantity = parse_quantity(merged[name]) if name in merged else 0
+            except QuantityError:
+                continue  # left to the API server, which refuses a malformed quantity
+            value += int(quantity) if quantity >= 0 else 0
+        if container.kind == "containers":
+            app += value
+        elif container.restart_policy == "Always":
+            sidecars += value
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, sidecars + value)
     return max(app + sidecars, peak)
 
 
@@ -242,16 +240,15 @@ def may_use_gpu(pod: Mapping[str, Any]) -> bool:
 
 def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodRequest:
     """`request` with the GPUs of its DRA claims and DRA-backed extended resources counted in."""
-    spec = mapping_of(request.raw.get("spec"))
-    entries = list_of(spec.get("resourceClaims"))
+    view = view_for(request)
+    entries = view.resource_claims
     extended = policy.dra_extended_resources
     if not entries and not extended:
         return request
     tally = Tally()
     shared: list[str] = []  # claims live pods already hold: counted with them
     seen_claim = False  # a claim that may hold GPUs: the pod is decided, not waved through
-    for i, raw in enumerate(entries):
-        entry = mapping_of(raw)
+    for i, entry in enumerate(entries):
         where = f"spec.resourceClaims[{i}]"
         claim_name, template_name = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
         if isinstance(claim_name, str) and claim_name:
@@ -282,7 +279,7 @@ def with_claims(request: PodRequest, snapshot: Snapshot, policy: Policy) -> PodR
                 tally.deny(v.rule, v.code, v.message)
             tally.models += [m for m in counted.models if m not in tally.models]
             shared.append(f"ResourceClaim {name} is shared with {holders} pod(s): its GPUs are counted once")
-    extra = _extended(spec, extended) if extended else 0
+    extra = _extended(view, extended) if extended else 0
     warnings = request.warnings + tuple(shared)
     if extra:
         # Counted now: drop parse_pod's "not a GPU resource this controller knows" for those names.
@@ -319,8 +316,7 @@ def allocation(request: PodRequest, snapshot: Snapshot, policy: Policy) -> Alloc
     """The decision record of a pod whose GPUs come through DRA: the count and, for memory quotas, the
     card size (of the pinned model, else the largest card of the cluster: never less than it holds)."""
     tally = Tally()
-    for raw in list_of(mapping_of(request.raw.get("spec")).get("resourceClaims")):
-        entry = mapping_of(raw)
+    for entry in view_for(request).resource_claims:
         name = entry.get("resourceClaimName") or entry.get("resourceClaimTemplateName")
         table = snapshot.claims if entry.get("resourceClaimName") else snapshot.claim_templates
         claim = table.get(f"{request.namespace}/{name}")

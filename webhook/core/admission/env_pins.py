@@ -25,6 +25,7 @@ from webhook.core.placement.nodeconstraints import CORDONED, constraints_of, tol
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import DEVICE_SELECTING, ENV_FROM_PINS, ISOLATION_ENV, ISOLATION_PREFIXES
 from webhook.core.podspec.patch import pointer
+from webhook.core.podspec.view import PodView, as_view, view_for
 
 Target = tuple[str, int]  # (containers | initContainers, index)
 SM_DEVICE = "CUDA_DEVICE_SM_LIMIT_"
@@ -78,13 +79,9 @@ def gpu_targets(request: PodRequest) -> dict[Target, tuple[int, str]]:
     targets = {("initContainers" if c.init else "containers", c.index): (c.gpu.count, c.name)
                for c in request.containers if c.gpu is not None and c.gpu.count > 0}
     if request.dra_gpus > 0:
-        spec = mapping_of(request.raw.get("spec"))
-        for key in ("containers", "initContainers"):
-            for index, raw in enumerate(list_of(spec.get(key))):
-                container = mapping_of(raw)
-                if mapping_of(container.get("resources")).get("claims") and (key, index) not in targets:
-                    name = container.get("name")
-                    targets[(key, index)] = (0, name if isinstance(name, str) else "")
+        for c in view_for(request).of_kind("containers", "initContainers"):
+            if c.claims and (c.kind, c.index) not in targets:
+                targets[(c.kind, c.index)] = (0, c.name)
     return targets
 
 
@@ -99,7 +96,7 @@ def nodes_ignore_variable(request: PodRequest, snapshot: Snapshot, tolerations: 
     count, it is lifted at will. Other vendors' pods: their nodes run no NVIDIA toolkit."""
     if request.vendor not in ("", "nvidia"):
         return True
-    constraints = constraints_of(request.raw, tolerations_of((GPU_TOLERATION, *tolerations)))
+    constraints = constraints_of(view_for(request), tolerations_of((GPU_TOLERATION, *tolerations)))
     nodes = [n for n in snapshot.nodes.values()
              if n.gpus and n.vendor == "nvidia" and constraints.refusal(n) in ("", CORDONED)]
     return bool(nodes) and all(n.toolkit_envvar is False for n in nodes)
@@ -131,17 +128,18 @@ def _literal(entry: Mapping[str, Any]) -> tuple[str, str] | None:
     return name, value
 
 
-def _container(pod: Mapping[str, Any], target: Target) -> Mapping[str, Any]:
-    items = list_of(mapping_of(pod.get("spec")).get(target[0]))
-    return mapping_of(items[target[1]]) if target[1] < len(items) else {}
+def _env(pod: Mapping[str, Any] | PodView, target: Target) -> tuple[Mapping[str, Any], ...]:
+    container = as_view(pod).container(*target)
+    return container.env if container is not None else ()
 
 
 def lacking(env: object, pins: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    present = {found for e in list_of(env) if (found := _literal(mapping_of(e))) is not None}
+    entries = env if isinstance(env, tuple) else list_of(env)
+    present = {found for e in entries if (found := _literal(mapping_of(e))) is not None}
     return [pin for pin in pins if pin not in present]
 
 
-def with_pins(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, str]]],
+def with_pins(pod: Mapping[str, Any] | PodView, wanted: Mapping[Target, list[tuple[str, str]]],
               ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`ops` with each target's pins appended to its env: into the `add` of its env list another step
     already wrote (the limit variables), else as a new one. None for pins already there."""
@@ -153,11 +151,11 @@ def with_pins(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, st
     for target, pins in wanted.items():
         path = pointer("spec", target[0], target[1], "env")
         at = adds.get(path)
-        base = out[at]["value"] if at is not None else _container(pod, target).get("env")
+        base = out[at]["value"] if at is not None else _env(pod, target)
         extra = lacking(base, pins)
         if not extra:
             continue
-        env = [*(base if isinstance(base, list) else []), *({"name": n, "value": v} for n, v in extra)]
+        env = [*(base if isinstance(base, (list, tuple)) else ()), *({"name": n, "value": v} for n, v in extra)]
         if at is not None:
             out[at] = {**out[at], "value": env}
         else:
@@ -166,11 +164,11 @@ def with_pins(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, st
     return out
 
 
-def missing(pod: Mapping[str, Any], wanted: Mapping[Target, list[tuple[str, str]]], labels: Mapping[Target, str]
-            ) -> str | None:
+def missing(pod: Mapping[str, Any] | PodView, wanted: Mapping[Target, list[tuple[str, str]]],
+            labels: Mapping[Target, str]) -> str | None:
     """Why validation refuses the pod: a GPU container lacks a pin the mutation writes."""
     for target, pins in wanted.items():
-        gone = lacking(_container(pod, target).get("env"), pins)
+        gone = lacking(_env(pod, target), pins)
         if gone:
             name, value = gone[0]
             return (f"{labels.get(target, str(target))} takes envFrom from a source the webhook cannot read and "

@@ -247,7 +247,7 @@ def _neutralise(request: PodRequest, unresolved: list[Unresolved], snapshot: Sna
         warnings.append(warning(f"{first.describe()} through envFrom: GPU limit switches pinned to safe values"))
 
 
-def _pins_wanted(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation | None, backend: str,
+def _pins_wanted(pod: Mapping[str, Any] | PodView, request: PodRequest, allocation: Allocation | None, backend: str,
                  snapshot: Snapshot, policy: Policy) -> dict[tuple[str, int], list[tuple[str, str]]]:
     if policy.unresolved_env_from != "neutralise":
         return {}
@@ -258,14 +258,14 @@ def _pins_wanted(pod: Mapping[str, Any], request: PodRequest, allocation: Alloca
     return env_pins.wanted_pins(request, unresolved, allocation, backend) if unresolved else {}
 
 
-def pin_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str, snapshot: Snapshot,
-            policy: Policy, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pin_ops(pod: Mapping[str, Any] | PodView, request: PodRequest, allocation: Allocation, backend: str,
+            snapshot: Snapshot, policy: Policy, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`ops` with the pins of every GPU container that takes an unread envFrom source (env_pins.py)."""
     wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)
     return env_pins.with_pins(pod, wanted, ops) if wanted else ops
 
 
-def missing_pins(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str,
+def missing_pins(pod: Mapping[str, Any] | PodView, request: PodRequest, allocation: Allocation, backend: str,
                  snapshot: Snapshot, policy: Policy) -> str | None:
     """Why validation refuses the pod: a GPU container lacks a pin the mutation writes (None: none)."""
     wanted = _pins_wanted(pod, request, allocation, backend, snapshot, policy)

@@ -30,12 +30,12 @@ from webhook.core.placement.capacity import AWAITING, Awaiting
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.mixlearn import learned_mix
 from webhook.core.placement.nodeindex import Statics
-from webhook.core.placement.place import constraints_for, place
+from webhook.core.placement.place import parse_ahead, place
 from webhook.core.placement.state import index_of
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.dialects import mode_warnings
 from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
-from webhook.core.podspec.podshape import shape_error
+from webhook.core.podspec.podshape import read_pod
 from webhook.core.podspec.record import RecordKey, sealed_text, shape_of
 from webhook.core.podspec.vendors import (
     COUNT_RESOURCES,
@@ -80,17 +80,17 @@ class Mutation:
         self.final: Decision | None = None
         self._done: tuple[Decision, Allocation, Placement | None, Snapshot, group_place.GroupPlan | None,
                           Awaiting | None] | None = None
-        malformed = shape_error(pod)
-        if malformed:
-            self.final = denied(422, "invalid-pod", malformed)
+        read = read_pod(pod)  # the pod's fields and their types, read once
+        if isinstance(read, str):
+            self.final = denied(422, "invalid-pod", read)
             return
-        request, final, self.sealed = screen(pod, snapshot, policy, namespace, record_key)
+        request, final, self.sealed = screen(read, snapshot, policy, namespace, record_key)
         if final is not None:
             self.final = after_screen(pod, request, final, snapshot, policy, mutating=True)
             return
         self.request = request = _normalise(request, policy)
         self.warnings = _notes(request, policy)
-        constraints_for(request, policy.tolerations)  # parsed now: placement finds them under the plan lock
+        parse_ahead(request, policy.tolerations)  # parsed now: placement finds them under the plan lock
 
     def decide(self, snapshot: Snapshot) -> Decision:
         """The placement and the quota against `snapshot`: a denial, or an allowed decision with the
@@ -337,10 +337,10 @@ def _patch(request: PodRequest, allocation: Allocation, placement: Placement | N
     """The operations, the sealed record last. `required`: the node requirement of a sealed record,
     which the mutation ANDs in again (a no-op on its own output) instead of placing anew.
     `group_required` / `group_preferred`: the group's domain, required (sealed too) or preferred."""
-    pod = request.raw
+    pod = view_for(request)
     ops = patches.resource_ops(pod, request, COUNT_RESOURCES)
     ops += patches.env_ops(pod, request, allocation, backend_of(request, policy))
-    ops += sidecar_ops(pod, request)  # containers without a GPU see none
+    ops += sidecar_ops(request)  # containers without a GPU see none
     ops = pin_ops(pod, request, allocation, backend_of(request, policy), snapshot, policy, ops)  # Secrets
     taint_key = COUNT_RESOURCES.get(request.vendor, "nvidia.com/gpu")
     wanted = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}, *policy.tolerations]

@@ -17,41 +17,38 @@ from webhook.core.domain.decision import Decision, denied, patched
 from webhook.core.domain.model import PodRequest
 from webhook.core.podspec.limits import NO_DEVICES
 from webhook.core.podspec.patch import pointer
-from webhook.core.podspec.vendors import list_of, mapping_of
+from webhook.core.podspec.view import ContainerView, PodView, as_view, view_for
 
-from .envfrom import containers
+from .envfrom import named
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 VOID: Mapping[str, str] = {"name": VISIBLE, "value": NO_DEVICES}
 
 
-def _has_void(container: Mapping[str, Any]) -> bool:
-    return any(mapping_of(e).get("name") == VISIBLE and mapping_of(e).get("value") == NO_DEVICES
-               for e in list_of(container.get("env")))
+def _has_void(container: ContainerView | None) -> bool:
+    return container is not None and any(e.get("name") == VISIBLE and e.get("value") == NO_DEVICES
+                                         for e in container.env)
 
 
-def void_ops(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+def void_ops(pod: Mapping[str, Any] | PodView, targets: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     """`add` of each target container's whole env list with NVIDIA_VISIBLE_DEVICES=void appended (none for
     a container that has it already: a second pass yields no operations)."""
-    spec = mapping_of(pod.get("spec"))
+    view = as_view(pod)
     ops: list[dict[str, Any]] = []
     for key, index in targets:
-        items = list_of(spec.get(key))
-        container = mapping_of(items[index]) if index < len(items) else {}
+        container = view.container(key, index)
         if _has_void(container):
             continue
-        existing = container.get("env")
-        env = [*(existing if isinstance(existing, list) else []), dict(VOID)]
+        env = [*(container.env if container is not None else ()), dict(VOID)]
         ops.append({"op": "add", "path": pointer("spec", key, index, "env"), "value": env})
     return ops
 
 
-def lacking(pod: Mapping[str, Any], targets: Iterable[tuple[str, int]]) -> list[str]:
+def lacking(pod: Mapping[str, Any] | PodView, targets: Iterable[tuple[str, int]]) -> list[str]:
     """How messages name each target container that lacks the entry."""
-    spec = mapping_of(pod.get("spec"))
-    labels = {(key, index): where for key, index, where, _ in
-              containers(spec, ("containers", "initContainers", "ephemeralContainers"))}
-    return [labels.get(t, str(t)) for t in targets if void_ops(pod, [t])]
+    view = as_view(pod)
+    return [named(key, index, c.name if c is not None else "") for key, index in targets
+            if not _has_void(c := view.container(key, index))]
 
 
 def no_gpu_allowed(reason: str, message: str = "", ops: list[dict[str, Any]] | None = None,
@@ -70,23 +67,22 @@ def no_gpu_denied(code: int, reason: str, message: str) -> Decision:
 def sidecar_targets(request: PodRequest) -> list[tuple[str, int]]:
     """Containers of a GPU pod that get no GPU: on a GPU node, their image's NVIDIA_VISIBLE_DEVICES=all
     would show them every GPU of the node."""
-    spec = mapping_of(request.raw.get("spec"))
+    view = view_for(request)
     targets = []
     for c in request.containers:
         key = "initContainers" if c.init else "containers"
-        items = list_of(spec.get(key))
-        raw = mapping_of(items[c.index]) if c.index < len(items) else {}
-        if (c.gpu is None or c.gpu.count <= 0) and not mapping_of(raw.get("resources")).get("claims"):
+        container = view.container(key, c.index)
+        if (c.gpu is None or c.gpu.count <= 0) and not (container is not None and container.claims):
             targets.append((key, c.index))  # a container using a DRA claim gets its GPUs through CDI
     return targets
 
 
-def sidecar_ops(pod: Mapping[str, Any], request: PodRequest) -> list[dict[str, Any]]:
-    return void_ops(pod, sidecar_targets(request))
+def sidecar_ops(request: PodRequest) -> list[dict[str, Any]]:
+    return void_ops(view_for(request), sidecar_targets(request))
 
 
-def missing_sidecar_void(pod: Mapping[str, Any], request: PodRequest) -> str | None:
-    found = lacking(pod, sidecar_targets(request))
+def missing_sidecar_void(request: PodRequest) -> str | None:
+    found = lacking(view_for(request), sidecar_targets(request))
     if not found:
         return None
     return (f"{found[0]} asks for no GPU and lacks {VISIBLE}={NO_DEVICES} that the mutating webhook writes: "

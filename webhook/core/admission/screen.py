@@ -15,7 +15,8 @@ from webhook.core.podspec import patch as patches
 from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, is_mapping, kept_for_scheduler, list_of
+from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, kept_for_scheduler, list_of
+from webhook.core.podspec.view import PodView, view_for
 from webhook.core.policy.model import Policy
 
 from . import dra, node_routes, trust
@@ -35,12 +36,13 @@ def _violations_message(request: PodRequest) -> str:
 
 def _env_mismatch(request: PodRequest, allocation: Allocation, backend: str) -> str | None:
     """A limit variable in the pod that differs from what the allocation dictates (a lifted limit)."""
+    view = view_for(request)
     for c in request.containers:
-        container = patches.container_of(request.raw, c)
+        container = patches.container_of(view, c)
         count = c.gpu.count if c.gpu else 0
         wanted = dict(limit_env(backend, count, *allocation.slice_of(c.name)))
-        for env in list_of(container.get("env")):
-            if not is_mapping(env) or not is_limit_env(str(env.get("name", ""))):
+        for env in container.env:
+            if not is_limit_env(str(env.get("name", ""))):
                 continue
             name = str(env.get("name"))
             # A per-device compute limit is a pin of the container's own cap (envfrom.pin_ops).
@@ -87,13 +89,14 @@ def _stale_models(recorded: Allocation, required: Mapping[str, Any] | None, snap
     return next((m for m in models if m and not matches_model(m, allowed_models)), None)
 
 
-def screen(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, namespace: str | None, key: RecordKey,
-            validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
+def screen(pod: Mapping[str, Any] | PodView, snapshot: Snapshot, policy: Policy, namespace: str | None,
+           key: RecordKey, validating: bool = False) -> tuple[PodRequest, Decision | None, Sealed | None]:
     """Parse and apply every check that needs no placement. Returns the request, a final decision when
     one is already reached (allowed-unmanaged or denied), and the pod's record if this webhook sealed it.
     A record the webhook did not seal is dropped: the pod is judged exactly as the same pod without it,
     except that validation names the record when it refuses a GPU pod for lacking one."""
     request = node_routes.screen(dra.with_claims(parse_pod(pod, namespace), snapshot, policy), snapshot)
+    pod = request.raw  # the view, when given one, is the request's (PodRequest.view)
     sealed = trust.sealed_record(pod, request, key)
     if isinstance(sealed, str):
         why, sealed, pod = sealed, None, trust.without_record(pod)

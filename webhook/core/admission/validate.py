@@ -9,7 +9,7 @@ from typing import Any
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.podspec.limits import limit_env
-from webhook.core.podspec.podshape import shape_error
+from webhook.core.podspec.podshape import read_pod
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.vendors import is_mapping
 from webhook.core.podspec.view import view_for
@@ -44,11 +44,11 @@ class Validation:
         self.recorded: Allocation | None = None
         self.namespace = ""
         self.warnings: tuple[str, ...] = ()
-        malformed = shape_error(pod)
-        if malformed:
-            self.final = denied(422, "invalid-pod", malformed)
+        read = read_pod(pod)  # the pod's fields and their types, read once
+        if isinstance(read, str):
+            self.final = denied(422, "invalid-pod", read)
             return
-        request, final, sealed = screen(pod, snapshot, policy, namespace, record_key, validating=True)
+        request, final, sealed = screen(read, snapshot, policy, namespace, record_key, validating=True)
         if final is not None:
             self.final = after_screen(pod, request, final, snapshot, policy, mutating=False)
         elif sealed is None:
@@ -93,7 +93,7 @@ def _against_record(pod: Mapping[str, Any], request: PodRequest, sealed: Sealed,
                       f"{sealed.group_required.get('values')} that keeps the pod in its group's domain "
                       f"({recorded.group}): another webhook or the user changed it; resubmit the pod")
     backend = backend_of(request, policy)
-    missing = (_missing_limits(request, recorded, backend) or missing_sidecar_void(pod, request)
+    missing = (_missing_limits(request, recorded, backend) or missing_sidecar_void(request)
                or missing_pins(pod, request, recorded, backend, snapshot, policy))
     if missing:
         return denied(403, "limits-missing", missing)

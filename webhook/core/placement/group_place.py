@@ -22,13 +22,14 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Placement, PodRequest, Snapshot
 from webhook.core.domain.names import GROUP_TOPOLOGY_ANNOTATION
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.vendors import mapping_of
+from webhook.core.podspec.view import PodView, labels_and_annotations, view_for
 from webhook.core.policy.model import GROUP_MODES, Policy
 
 from .context import PlacementContext
@@ -99,9 +100,9 @@ class GroupPlan:
         return self.mode == REQUIRED and bool(self.level)
 
 
-def mode_of(pod: Mapping[str, Any], namespace: str, policy: Policy) -> str:
+def mode_of(pod: Mapping[str, Any] | PodView, namespace: str, policy: Policy) -> str:
     """The pod's `gpu-admission.io/group-topology`, else its namespace's rule, else the policy's."""
-    raw = mapping_of(mapping_of(pod.get("metadata")).get("annotations")).get(GROUP_TOPOLOGY_ANNOTATION)
+    raw = labels_and_annotations(pod)[1].get(GROUP_TOPOLOGY_ANNOTATION)
     if raw is None:
         return policy.group_topology_for(namespace)
     if raw not in GROUP_MODES:
@@ -110,7 +111,7 @@ def mode_of(pod: Mapping[str, Any], namespace: str, policy: Policy) -> str:
     return str(raw)
 
 
-def topology_owner(pod: Mapping[str, Any], scheduler_name: str) -> str:
+def topology_owner(pod: Mapping[str, Any] | PodView, scheduler_name: str) -> str:
     """Who places the pod's group between nodes when not this webhook: "Kueue TAS", "KAI", the name of
     another scheduler, or "" (this webhook). A domain of ours beside theirs would fight them: Kueue gives
     each pod a nodeSelector for the domain it assigned, and a required affinity to another domain leaves
@@ -118,12 +119,11 @@ def topology_owner(pod: Mapping[str, Any], scheduler_name: str) -> str:
     (configurations are called in name order; the reinvocation then finds our sealed record and changes
     nothing), so the PodSet annotations, which the pod has from its template before any webhook runs,
     count as much as the gate; so does the TAS label Job-based integrations copy from the template."""
-    metadata = mapping_of(pod.get("metadata"))
-    annotations = mapping_of(metadata.get("annotations"))
-    gates = mapping_of(pod.get("spec")).get("schedulingGates")
-    gated = isinstance(gates, list) and any(mapping_of(g).get("name") == KUEUE_TOPOLOGY_GATE for g in gates)
+    labels, annotations = labels_and_annotations(pod)
+    gates = pod.scheduling_gates if isinstance(pod, PodView) else mapping_of(pod.get("spec")).get("schedulingGates")
+    gated = isinstance(gates, (list, tuple)) and any(mapping_of(g).get("name") == KUEUE_TOPOLOGY_GATE for g in gates)
     unconstrained = str(annotations.get(KUEUE_UNCONSTRAINED, "")).lower() in ("true", "t", "1")  # Go ParseBool
-    if (gated or unconstrained or mapping_of(metadata.get("labels")).get(KUEUE_TAS_LABEL) == "true"
+    if (gated or unconstrained or labels.get(KUEUE_TAS_LABEL) == "true"
             or any(annotations.get(key) for key in KUEUE_TOPOLOGY_ANNOTATIONS)):
         return KUEUE_TAS
     if scheduler_name == KAI_SCHEDULER or any(annotations.get(key) for key in KAI_TOPOLOGY_ANNOTATIONS):
@@ -328,14 +328,15 @@ def placed_here(pod: Mapping[str, Any], namespace: str, policy: Policy,
 def plan(request: PodRequest, snapshot: Snapshot, policy: Policy, ctx: PlacementContext,
          when_full: str) -> GroupPlan | Refusal | None:
     """The group step of a pod's mutation: None for a pod of no group."""
+    view = view_for(request)
     try:
-        ref = group_of(request.raw, request.namespace, snapshot.group_sizes)
+        ref = group_of(view, request.namespace, snapshot.group_sizes)
         if ref is None:
             return None
-        mode = mode_of(request.raw, request.namespace, policy)
+        mode = mode_of(view, request.namespace, policy)
     except ValueError as err:
         return Refusal("invalid-group", 422, str(err))
-    owner = topology_owner(request.raw, request.scheduler_name)
+    owner = topology_owner(view, request.scheduler_name)
     if owner:  # its group stays in the decision record; quotas and the GPUs inside the node stay ours
         return GroupPlan(ref, mode, owner=owner)
     if mode == NONE:
@@ -377,11 +378,13 @@ def _first(request: PodRequest, ref: GroupRef, mode: str, snapshot: Snapshot, po
                      warnings=(f"group {ref.key} waits for room for {need} in {where}",), placement_hint=whole)
 
 
-def with_requirement(pod: Mapping[str, Any], requirement: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod with `requirement` ANDed into every required node selector term (as the patch writes it),
-    for placement to read through its usual node constraints."""
-    spec = dict(mapping_of(pod.get("spec")))
-    affinity = dict(mapping_of(spec.get("affinity")))
+def with_requirement(request: PodRequest, requirement: Mapping[str, Any]) -> PodRequest:
+    """The request of the pod with `requirement` ANDed into every required node selector term (as the
+    patch writes it), for placement to read through its usual node constraints: its raw pod and its view
+    both carry the new affinity."""
+    view = view_for(request)
+    pod = request.raw
+    affinity = dict(view.affinity)
     node_affinity = dict(mapping_of(affinity.get("nodeAffinity")))
     required = mapping_of(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
     terms = required.get("nodeSelectorTerms")
@@ -391,8 +394,8 @@ def with_requirement(pod: Mapping[str, Any], requirement: Mapping[str, Any]) -> 
         term["matchExpressions"] = [*(items if isinstance(items, list) else []), dict(requirement)]
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {**required, "nodeSelectorTerms": terms}
     affinity["nodeAffinity"] = node_affinity
-    spec["affinity"] = affinity
-    return {**pod, "spec": spec}
+    raw = {**pod, "spec": {**mapping_of(pod.get("spec")), "affinity": affinity}}
+    return request.evolve(raw=raw, view=replace(view, raw=raw, affinity=affinity))
 
 
 def placement_for(request: PodRequest, group: GroupPlan, snapshot: Snapshot,
@@ -405,7 +408,7 @@ def placement_for(request: PodRequest, group: GroupPlan, snapshot: Snapshot,
     hint = group.placement_hint
     if requirement is None:
         return (hint if hint is not None else place(request, index, ctx)), ()
-    inside = place(request.evolve(raw=with_requirement(request.raw, requirement)), index, ctx)
+    inside = place(with_requirement(request, requirement), index, ctx)
     if group.required:
         return inside, ()
     whole = hint if hint is not None else place(request, index, ctx)

@@ -48,6 +48,7 @@ from typing import Any
 from webhook.core.domain.names import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION
 from webhook.core.podspec import workload
 from webhook.core.podspec.vendors import mapping_of
+from webhook.core.podspec.view import PodView, labels_and_annotations
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,25 +155,22 @@ _GROUP_KEYS = frozenset((GROUP_ANNOTATION, workload.LWS_NAME, workload.JOBSET_NA
                          VOLCANO_PODGROUP))
 
 
-def names_no_group(pod: Mapping[str, Any]) -> bool:
+def names_no_group(pod: Mapping[str, Any] | PodView) -> bool:
     """True when the pod carries none of the keys that name a group, so `group_of` finds none (and its
     only refusal, a malformed group size, cannot matter: a group size alone names no group). A cheap
     test, for callers that go on to ask for a group only when one may be there."""
-    metadata = mapping_of(pod.get("metadata"))
-    return (_GROUP_KEYS.isdisjoint(mapping_of(metadata.get("labels")))
-            and _GROUP_KEYS.isdisjoint(mapping_of(metadata.get("annotations"))))
+    labels, annotations = labels_and_annotations(pod)
+    return _GROUP_KEYS.isdisjoint(labels) and _GROUP_KEYS.isdisjoint(annotations)
 
 
-def group_of(pod: Mapping[str, Any], namespace: str,
+def group_of(pod: Mapping[str, Any] | PodView, namespace: str,
              sizes: Mapping[str, int] | None = None) -> GroupRef | None:
     """The pod's group, or None when it belongs to none. Raises ValueError naming the annotation when
     `gpu-admission.io/group` or `gpu-admission.io/group-size` is malformed (the pod author's to fix).
 
     `sizes` (`Snapshot.group_sizes`, by `GroupRef.key`): the sizes read from the controllers' objects,
     used for a controller's group when neither the pod's annotation nor its labels state one."""
-    metadata = mapping_of(pod.get("metadata"))
-    labels = mapping_of(metadata.get("labels"))
-    annotations = mapping_of(metadata.get("annotations"))
+    labels, annotations = labels_and_annotations(pod)
     if GROUP_SIZE_ANNOTATION not in annotations and names_no_group(pod):
         return None  # most pods: no key that names a group or states a size
     size = _stated_size(annotations)

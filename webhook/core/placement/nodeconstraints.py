@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
 from webhook.core.domain.model import Node, Taint
+from webhook.core.podspec.view import PodView, as_view
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule only scores
 CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -265,20 +266,20 @@ def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)  # the ABC check only for what JSON did not make
 
 
-def constraints_of(pod: Mapping[str, Any], extra_tolerations: tuple[Toleration, ...] = ()) -> NodeConstraints:
-    """The pod's constraints, with the tolerations the webhook adds (`extra_tolerations`). Never raises:
-    a malformed entry matches as the scheduler would read it (or matches nothing)."""
-    spec = pod.get("spec") if _is_map(pod) else None
-    spec = spec if _is_map(spec) else {}
-    raw_selector = spec.get("nodeSelector")
+def constraints_of(pod: Mapping[str, Any] | PodView, extra_tolerations: tuple[Toleration, ...] = ()
+                   ) -> NodeConstraints:
+    """The pod's constraints (read from its view), with the tolerations the webhook adds
+    (`extra_tolerations`). Never raises: a malformed entry matches as the scheduler would read it (or
+    matches nothing)."""
+    view = as_view(pod)
+    raw_selector, affinity, raw_tolerations = view.node_selector, view.affinity, view.tolerations
     selector = tuple(
         sorted(((str(k), v if isinstance(v, str) else None) for k, v in raw_selector.items()), key=lambda kv: kv[0])
-    ) if _is_map(raw_selector) else ()  # fmt: skip
-    affinity = spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if _is_map(affinity) else None
+    ) if raw_selector else ()  # fmt: skip
+    node_affinity = affinity.get("nodeAffinity") if affinity else None  # the view's fields are mappings
     required: tuple[Term, ...] | None = None
     preferred: list[tuple[int, Term]] = []
-    if _is_map(node_affinity):
+    if node_affinity and _is_map(node_affinity):
         hard = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
         if _is_map(hard):
             terms = hard.get("nodeSelectorTerms")
@@ -288,9 +289,7 @@ def constraints_of(pod: Mapping[str, Any], extra_tolerations: tuple[Toleration, 
             term = _term(item.get("preference")) if isinstance(item, Mapping) else None
             if isinstance(weight, int) and weight and term is not None and not term.error:
                 preferred.append((weight, term))
-    raw_tolerations = spec.get("tolerations")
-    tolerations = [_toleration(t) for t in raw_tolerations] if isinstance(raw_tolerations, list) else []
-    tolerations += extra_tolerations
+    tolerations = [*map(_toleration, raw_tolerations), *extra_tolerations] if raw_tolerations else extra_tolerations
     return NodeConstraints(selector, required, tuple(preferred), tuple(dict.fromkeys(tolerations)))
 
 

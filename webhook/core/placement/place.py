@@ -18,6 +18,7 @@ from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
 from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.view import EMPTY_POD, view_for
 
 from .candidates import candidates
 from .context import PlacementContext
@@ -41,6 +42,19 @@ def constraints_for(request: PodRequest, tolerations: tuple[Mapping[str, Any], .
     return _parsed(request, _added(request.vendor, tolerations))
 
 
+def parse_ahead(request: PodRequest, tolerations: tuple[Mapping[str, Any], ...] = ()) -> None:
+    """`constraints_for`, for a pod that states node constraints of its own (placement shares one value
+    among those that state none): a server calls this before its plan lock."""
+    if states_constraints(request):
+        constraints_for(request, tolerations)
+
+
+def states_constraints(request: PodRequest) -> bool:
+    """Whether the pod states a node selector, node affinity or tolerations of its own."""
+    view = view_for(request)
+    return bool(view.node_selector or view.affinity or view.tolerations)
+
+
 def _parsed(request: PodRequest, added: tuple[Toleration, ...]) -> NodeConstraints:
     derived = request.derived
     if derived is None:
@@ -48,13 +62,18 @@ def _parsed(request: PodRequest, added: tuple[Toleration, ...]) -> NodeConstrain
         object.__setattr__(request, "derived", derived)  # frozen, but this field is a cache of `raw`
     found: NodeConstraints | None = derived.get(added)
     if found is None:
-        found = derived[added] = constraints_of(request.raw, added)
+        found = derived[added] = constraints_of(view_for(request), added)
     return found
 
 
 def _added(vendor: str, tolerations: tuple[Mapping[str, Any], ...]) -> tuple[Toleration, ...]:
-    gpu_taint = Toleration(COUNT_RESOURCES.get(vendor, "nvidia.com/gpu"), "Exists", "", "NoSchedule")
-    return (gpu_taint, *tolerations_of(tolerations))
+    gpu_taint = _GPU_TAINTS.get(vendor) or _GPU_TAINTS[""]
+    return (gpu_taint, *tolerations_of(tolerations)) if tolerations else (gpu_taint,)
+
+
+# The toleration of each vendor's device taint, which the mutation adds to every GPU pod.
+_GPU_TAINTS = {vendor: Toleration(resource, "Exists", "", "NoSchedule")
+               for vendor, resource in {**COUNT_RESOURCES, "": "nvidia.com/gpu"}.items()}
 
 
 def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
@@ -63,11 +82,8 @@ def _constraints(request: PodRequest, ctx: PlacementContext) -> NodeConstraints:
     found = ctx.plain.get(request.vendor)
     if found is None:
         added = _added(request.vendor, ctx.tolerations)
-        found = ctx.plain[request.vendor] = (added, constraints_of({}, added))
-    spec = request.raw.get("spec") if request.raw else None
-    if isinstance(spec, Mapping) and ("nodeSelector" in spec or "affinity" in spec or "tolerations" in spec):
-        return _parsed(request, found[0])
-    return found[1]
+        found = ctx.plain[request.vendor] = (added, constraints_of(EMPTY_POD, added))
+    return _parsed(request, found[0]) if states_constraints(request) else found[1]
 
 
 def _best_by_fragmentation(index: NodeIndex, demand: Demand, ctx: PlacementContext, rejected: dict[str, int],

@@ -7,17 +7,16 @@ in the pod's `Notes`, with a message that says what to change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from webhook.core.domain.model import ContainerRequest, GpuRequest
 from webhook.core.domain.refusal import Refusal
 
 from .accelerators import foreign_accelerator_message, looks_like_gpu
-from .coerce import list_of, mapping_of
 from .envvars import is_bypass_entry, is_limit_env, limit_env_of
 from .limits import WIDENING_HINTS, is_pin
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendor_table import ADVERTISED_BY_NAME, MAX_GPU_MEMORY_MIB, MAX_GPUS, classify_resource, device_kind, mig_profile
+from .view import ContainerView
 
 MAX_WARNINGS = 10
 _FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores",
@@ -47,10 +46,9 @@ class Notes:
                 self.warnings.append("more warnings left out: the pod repeats the same problem in many containers")
 
 
-def label(container: Mapping[str, Any], init: bool, index: int, kind: str | None = None) -> str:
-    name = container.get("name")
+def label(name: str, init: bool, index: int, kind: str | None = None) -> str:
     kind = kind or ("init container" if init else "container")
-    return f"{kind} {name!r}" if isinstance(name, str) and name else f"{kind} #{index}"
+    return f"{kind} {name!r}" if name else f"{kind} #{index}"
 
 
 def _gpu_value(field: str, name: str, raw: object, unit: int, where: str, notes: Notes) -> int | None:
@@ -190,24 +188,23 @@ def _get(values: Mapping[str, tuple[str, int]], field: str) -> int | None:
     return values[field][1] if field in values else None
 
 
-def _env_findings(container: Mapping[str, Any], where: str, exempt_env: bool, gpu_signal: bool, notes: Notes,
+def _env_findings(container: ContainerView, where: str, exempt_env: bool, gpu_signal: bool, notes: Notes,
                   findings: list[Refusal]) -> bool:
     """The container's env checked: a bypass variable denied, LD_PRELOAD added to `findings` (it matters
     in a GPU pod only); returns whether the container is a GPU one, a bypass variable making it one."""
     exempt: dict[str, str] | None = None  # limit_env_of(container), made when an entry needs it
-    for entry in list_of(container.get("env")):
-        fields = mapping_of(entry)
+    for fields in container.env:
         env_name = fields.get("name")
         if not isinstance(env_name, str):
             continue
         if exempt_env and gpu_signal and isinstance(fields.get("value"), str) and is_limit_env(env_name):
             continue  # a limit the record dictates (exempt by itself), in a container already a GPU one
-        bypass = is_bypass_entry(entry)
+        bypass = is_bypass_entry(fields)
         gpu_signal = gpu_signal or bypass
         if not bypass and env_name != "LD_PRELOAD":
             continue
         if exempt is None:
-            exempt = limit_env_of(container) if exempt_env else {}
+            exempt = limit_env_of(container.raw) if exempt_env else {}
         if env_name in exempt:
             continue
         if bypass:
@@ -224,16 +221,14 @@ def _env_findings(container: Mapping[str, Any], where: str, exempt_env: bool, gp
     return gpu_signal
 
 
-def parse_container(
-    container: Mapping[str, Any], index: int, init: bool, exempt_env: bool, notes: Notes,
-    label_kind: str | None = None,
-) -> tuple[ContainerRequest, list[Refusal], bool]:
+def parse_container(container: ContainerView, exempt_env: bool, notes: Notes, label_kind: str | None = None,
+                    ) -> tuple[ContainerRequest, list[Refusal], bool]:
     """One container; returns it, the isolation findings that apply only to GPU pods, and whether the
     container alone makes a GPU pod (a GPU resource named, or a device variable set: see is_gpu_pod)."""
-    where = label(container, init, index, label_kind)
-    resources = mapping_of(container.get("resources"))
-    limits, requests = mapping_of(resources.get("limits")), mapping_of(resources.get("requests"))
-    found = _gpu_fields({**requests, **limits}, where, notes)  # GPU resources: limits win
+    init, index, limits, requests = container.kind == "initContainers", container.index, container.limits, \
+        container.requests
+    where = label(container.name, init, index, label_kind)
+    found = _gpu_fields({**requests, **limits} if requests else limits, where, notes)  # GPU resources: limits win
     gpu = _gpu_request(found, where, notes)
     host_cpu, host_mem = 0, 0
     for name in ("cpu", "memory"):
@@ -243,12 +238,9 @@ def parse_container(
             host_cpu, host_mem = (value, host_mem) if name == "cpu" else (host_cpu, value)
     findings: list[Refusal] = []
     gpu_signal = _env_findings(container, where, exempt_env, found.named, notes, findings)
-    if mapping_of(container.get("securityContext")).get("privileged") is True:
+    if container.privileged:
         findings.append(Refusal(
             "isolation-privileged", 403,
             f"{where} is privileged, which exposes every GPU of the node; set securityContext.privileged: false"))
-    given = container.get("name")
-    request = ContainerRequest(
-        given if isinstance(given, str) else "", index, init, gpu, host_cpu, host_mem, tuple(found.moved)
-    )
+    request = ContainerRequest(container.name, index, init, gpu, host_cpu, host_mem, tuple(found.moved))
     return request, findings, gpu_signal

@@ -19,11 +19,14 @@ from typing import Any
 from webhook.core.domain.model import Allocation, ContainerRequest, PodRequest
 from webhook.core.domain.names import MANAGED_LABEL
 
-from .coerce import is_mapping, list_of
+from .coerce import is_mapping
 from .coerce import mapping_of as _map
 from .limits import limit_env
 from .record import ANNOTATION, allocation_to_json
 from .vendor_table import classify_resource, count_name_of, kept_for_scheduler
+from .view import ContainerView, PodView, absent, view_of
+
+_NO_CONTAINER = view_of({"spec": {"containers": [{}]}}).containers[0]  # what a request names but the pod lacks
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -46,10 +49,10 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def container_of(pod: Mapping[str, Any], c: ContainerRequest) -> Mapping[str, Any]:
-    """The container (or init container) that `c` was parsed from."""
-    items = list_of(_map(pod.get("spec")).get("initContainers" if c.init else "containers"))
-    return _map(items[c.index]) if c.index < len(items) else {}
+def container_of(pod: PodView, c: ContainerRequest) -> ContainerView:
+    """The view of the container (or init container) that `c` was parsed from."""
+    found = pod.container("initContainers" if c.init else "containers", c.index)
+    return found if found is not None else _NO_CONTAINER
 
 
 def _base(c: ContainerRequest) -> tuple[str | int, ...]:
@@ -60,17 +63,18 @@ def _set(path: tuple[str | int, ...], old: Any, new: Any) -> list[Op]:
     return [] if old == new else [{"op": "add", "path": pointer(*path), "value": new}]
 
 
-def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation, backend: str) -> list[Op]:
+def env_ops(pod: PodView, request: PodRequest, allocation: Allocation, backend: str) -> list[Op]:
     """Backend limit variables for every container that asks for GPUs."""
     ops: list[Op] = []
     for c in request.containers:
         if c.gpu is None or c.gpu.count <= 0:
             continue
-        existing = container_of(pod, c).get("env")
-        env: list[Any] = list(existing) if isinstance(existing, list) else []
+        container = container_of(pod, c)
+        existing = container.raw.get("env")  # the value the `add` replaces
+        env: list[Any] = list(container.env)
         present: set[tuple[str, str]] = set()  # literal name=value pairs the container already has
         for e in env:
-            if is_mapping(e) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
+            if isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
                 present.add((e["name"], e["value"]))
         memory, cores = allocation.slice_of(c.name) if allocation.containers else (allocation.memory_mib,
                                                                                   allocation.cores)
@@ -82,7 +86,7 @@ def env_ops(pod: Mapping[str, Any], request: PodRequest, allocation: Allocation,
     return ops
 
 
-def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Mapping[str, str]) -> list[Op]:
+def resource_ops(pod: PodView, request: PodRequest, count_resource: Mapping[str, str]) -> list[Op]:
     """Move memory/compute slices out of `resources` (no node advertises them to the default scheduler;
     a scheduler that reads them keeps them) and make sure the device count is there for the device
     plugin: the count of the same dialect (`nvidia.com/gpu: 1`, `volcano.sh/vgpu-number: 1`) when only
@@ -94,7 +98,8 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
         # device plugin then mounts the GPU, and accounting reads the (immutable) count, not the annotation.
         if not c.moved_resources and not (default and c.gpu is not None and not c.gpu.mig):
             continue
-        old = container_of(pod, c).get("resources")
+        container = container_of(pod, c)
+        old = container.raw.get("resources")  # the value the `add` replaces, its other fields kept
         resources: dict[str, Any] = dict(_map(old))
         moved = [n for n in c.moved_resources if not kept_for_scheduler(request.scheduler_name, n)]
         for section in ("limits", "requests") if moved else ():
@@ -103,7 +108,7 @@ def resource_ops(pod: Mapping[str, Any], request: PodRequest, count_resource: Ma
         if c.gpu is not None and c.gpu.count > 0:
             moved_from = count_name_of(c.moved_resources[0]) if c.moved_resources else None
             count_name = moved_from or count_resource.get(c.gpu.vendor)
-            given = [k for s in ("limits", "requests") for k in _map(_map(old).get(s)) if _is_count(k)]
+            given = [k for s in (container.limits, container.requests) for k in s if _is_count(k)]
             if count_name and not given:
                 resources["limits"] = {**_map(resources.get("limits")), count_name: str(c.gpu.count)}
         if old is None and not resources:
@@ -124,13 +129,13 @@ def _covers(have: Mapping[str, Any], tol: Mapping[str, Any]) -> bool:
     return same_key and same_effect and same_value
 
 
-def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> list[Op]:
+def toleration_ops(pod: PodView, wanted: list[Mapping[str, Any]]) -> list[Op]:
     """Add each wanted toleration unless one already tolerates the same taint; never duplicate."""
-    existing = _map(pod.get("spec")).get("tolerations")
-    tolerations: list[Any] = list(existing) if isinstance(existing, list) else []
+    existing = list(pod.tolerations)
+    tolerations: list[Any] = list(existing)
     for tol in wanted:
         for have in tolerations:
-            if is_mapping(have) and _covers(have, tol):
+            if _covers(have, tol):
                 break
         else:
             tolerations.append(dict(tol))
@@ -139,14 +144,13 @@ def toleration_ops(pod: Mapping[str, Any], wanted: list[Mapping[str, Any]]) -> l
     return _set(("spec", "tolerations"), existing, tolerations)
 
 
-def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred: list[str],
+def affinity_ops(pod: PodView, required: Mapping[str, Any], preferred: list[str],
                  also: tuple[Mapping[str, Any], ...] = (), prefer: Mapping[str, Any] | None = None) -> list[Op]:
     """AND `required` (a node selector requirement), and those in `also` (a group's domain), into every
     required term the pod already has, and add preferred terms ranking the `preferred` nodes, best first
     (after one preferring the `prefer` requirement: a group's domain, when the group only prefers it)."""
-    spec = _map(pod.get("spec"))
-    old = spec.get("affinity")
-    affinity: dict[str, Any] = dict(_map(old))
+    old = pod.affinity
+    affinity: dict[str, Any] = dict(old)
     node_aff = dict(_map(affinity.get("nodeAffinity")))
     terms = _map(node_aff.get(REQUIRED)).get("nodeSelectorTerms")
     terms = [dict(_map(t)) for t in terms] if isinstance(terms, list) and terms else [{}]
@@ -172,17 +176,16 @@ def affinity_ops(pod: Mapping[str, Any], required: Mapping[str, Any], preferred:
     return _set(("spec", "affinity"), old, affinity)
 
 
-def record_ops(pod: Mapping[str, Any], allocation: Allocation, value: str | None = None,
+def record_ops(pod: PodView, allocation: Allocation, value: str | None = None,
                annotations: Mapping[str, str] | None = None) -> list[Op]:
     """The decision annotation (`value`: its sealed text, see record.sealed_text), any other `annotations`
     the decision writes, and the managed label."""
-    meta = _map(pod.get("metadata"))
     value = record_value(allocation) if value is None else value
     wanted_by_key = {"annotations": {**(annotations or {}), ANNOTATION: value}, "labels": {MANAGED_LABEL: "true"}}
     ops: list[Op] = []
     for key, wanted in wanted_by_key.items():
-        current = meta.get(key)
-        if not is_mapping(current):
+        current = pod.annotations if key == "annotations" else pod.labels
+        if absent(current):
             ops.append({"op": "add", "path": pointer("metadata", key), "value": dict(wanted)})
             continue
         for name, text in wanted.items():

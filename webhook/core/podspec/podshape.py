@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from .view import PodView, checked_view, view_of
+
 # A check returns None, or (the path below the value, what was expected): the path is only built for
 # an error, since every admission runs these on a valid pod (a field name is not formatted per field).
 Error = tuple[str, str]
@@ -230,6 +232,18 @@ _POD_CHECK = _checker(_POD)
 _POD_QUICK = _quick(_POD)
 
 
+def read_pod(pod: object) -> PodView | str:
+    """The pod's view (view.py), or what is wrong with the first field of the wrong type: the one place
+    an admission reads the pod's fields and their types."""
+    if type(pod) is dict and _POD_QUICK(pod):  # the usual pod: exactly the JSON types wanted
+        return checked_view(pod)
+    malformed = shape_error(pod)
+    if malformed is not None:
+        return malformed
+    assert isinstance(pod, Mapping)  # shape_error refuses anything else
+    return view_of(pod)
+
+
 def shape_error(pod: object) -> str | None:
     """The first field of the pod whose type is wrong, with what was expected; None when all are right."""
     if type(pod) is dict and _POD_QUICK(pod):  # the usual pod
@@ -240,4 +254,4 @@ def shape_error(pod: object) -> str | None:
     return f"{found[0].lstrip('.')}: {found[1]}" if found else None
 
 
-__all__ = ["shape_error"]
+__all__ = ["read_pod", "shape_error"]

@@ -1,12 +1,14 @@
 """A pod read once into typed fields: `PodView`, with a `ContainerView` for each of its containers.
 
-`view_of` runs once per admission, after `podshape.shape_error` has found every field the webhook
-reads of the right type, and `parse_pod` keeps the view with the request (`PodRequest.view`); the
-rules then read its fields instead of walking the pod's mappings again. Made without the shape check
-(a pod from the watch cache, a request made by hand) a field of the wrong type reads as absent, as
-`coerce.py` reads it, so building a view never raises.
+An admission reads the pod once, in `podshape.read_pod`: when its quick type test finds every field the
+webhook reads of exactly its JSON type, `checked_view` builds the view without testing types again;
+`parse_pod` keeps the view with the request (`PodRequest.view`), and the rules, placement and patch
+builders read its fields instead of walking the pod's mappings again. `view_of` builds one from any
+mapping (a pod from the watch cache, a request made by hand): a field of the wrong type reads as absent,
+as `coerce.py` reads it, so building a view never raises.
 
-The raw pod stays in the view for the JSON-patch paths only (`ContainerView.path` names a container).
+The raw pod (and each raw container) stays in the view as the base of patch values only: an `add`
+replaces a whole field, so a patch builder copies what it leaves alone from there.
 """
 
 from __future__ import annotations
@@ -43,8 +45,13 @@ class ContainerView:
     env_from: tuple[Mapping[str, Any], ...]
     volume_mounts: tuple[Mapping[str, Any], ...]
     privileged: bool
+    claims: tuple[Mapping[str, Any], ...]  # resources.claims: DRA claims the container uses
     raw: Mapping[str, Any]
-    path: str  # "/spec/containers/0"
+
+    @property
+    def path(self) -> str:
+        """The container's JSON pointer, "/spec/containers/0"."""
+        return f"/spec/{self.kind}/{self.index}"
 
 
 @dataclass(slots=True)
@@ -87,7 +94,12 @@ class PodView:
 
     def container(self, kind: str, index: int) -> ContainerView | None:
         """The container at `index` of the list `kind`, None when the list is shorter."""
-        return next((c for c in self.containers if c.index == index and c.kind == kind), None)
+        containers = self.containers
+        if index < len(containers):  # app containers come first: one of them is where its index says
+            found = containers[index]
+            if found.index == index and found.kind == kind:
+                return found
+        return next((c for c in containers if c.index == index and c.kind == kind), None)
 
 
 def _text(value: object) -> str:
@@ -120,13 +132,68 @@ def _container(kind: str, index: int, raw: Mapping[str, Any]) -> ContainerView:
     if resources:
         resources = _map(resources)
         limits, requests = _map(resources.get("limits")), _map(resources.get("requests"))
+        claims = _entries(resources.get("claims"))
     else:
         limits = requests = _EMPTY
+        claims = _NONE
     security = get("securityContext")
     privileged = bool(security) and _map(security).get("privileged") is True
     return ContainerView(kind, index, _text(get("name")), _text(get("image")), _text(get("restartPolicy")),
                          limits, requests, _entries(get("env")), _entries(get("envFrom")),
-                         _entries(get("volumeMounts")), privileged, raw, f"/spec/{kind}/{index}")
+                         _entries(get("volumeMounts")), privileged, claims, raw)
+
+
+def _checked_container(kind: str, index: int, raw: dict[str, Any]) -> ContainerView:
+    """`_container` of a container whose fields have exactly the JSON types wanted (podshape's quick test
+    passed): an absent field is None, a present one of its type, so no type test is needed."""
+    get = raw.get
+    resources = get("resources")
+    if resources:
+        limits, requests = resources.get("limits") or _EMPTY, resources.get("requests") or _EMPTY
+        claims = _entries(resources.get("claims"))  # not in the shape check: its type is tested here
+    else:
+        limits = requests = _EMPTY
+        claims = _NONE
+    security = get("securityContext")
+    privileged = security is not None and security.get("privileged") is True
+    env, env_from, mounts = get("env"), get("envFrom"), get("volumeMounts")
+    return ContainerView(kind, index, get("name") or "", get("image") or "", get("restartPolicy") or "",
+                         limits, requests, tuple(env) if env else _NONE, tuple(env_from) if env_from else _NONE,
+                         tuple(mounts) if mounts else _NONE, privileged, claims, raw)
+
+
+def _given(value: dict[str, Any] | None) -> Mapping[str, Any]:
+    """A mapping field of a checked pod: an empty one stays itself, so that `absent` tells it from none."""
+    return _EMPTY if value is None else value
+
+
+def absent(field: Mapping[str, Any]) -> bool:
+    """True when a mapping field of a view was not in the pod (or not a mapping): a patch then adds the
+    whole field, where it adds single keys to one that is there, even empty."""
+    return field is _EMPTY
+
+
+def checked_view(pod: dict[str, Any]) -> PodView:
+    """The view of a pod whose every field read here has exactly its JSON type (podshape.read_pod calls
+    this once its quick test passed): the same view as `view_of`, without testing each field's type."""
+    metadata, spec = pod.get("metadata") or _EMPTY, pod.get("spec") or _EMPTY
+    get = spec.get
+    containers: list[ContainerView] = []
+    for kind in CONTAINER_KINDS:
+        given = get(kind)
+        if given:
+            containers.extend(_checked_container(kind, i, c) for i, c in enumerate(given))
+    meta = metadata.get
+    volumes, tolerations, claims, gates = get("volumes"), get("tolerations"), get("resourceClaims"), get(
+        "schedulingGates")
+    return PodView(
+        pod, meta("name") or meta("generateName") or "", meta("namespace") or "", meta("uid") or "",
+        _given(meta("annotations")), _given(meta("labels")), tuple(containers),
+        tuple(volumes) if volumes else _NONE, get("nodeSelector") or _EMPTY, get("affinity") or _EMPTY,
+        tuple(tolerations) if tolerations else _NONE, get("nodeName") or "", get("schedulerName") or "",
+        get("runtimeClassName") or "", tuple(claims) if claims else _NONE, get("overhead") or _EMPTY,
+        tuple(gates) if gates else _NONE,
+    )
 
 
 def view_of(pod: Mapping[str, Any]) -> PodView:
@@ -151,14 +218,29 @@ def view_of(pod: Mapping[str, Any]) -> PodView:
     )
 
 
-def view_for(request: PodRequest, pod: Mapping[str, Any] | None = None) -> PodView:
+EMPTY_POD = view_of({})  # the view of a pod that states nothing (placement's constraints of such pods)
+
+
+def view_for(request: PodRequest, pod: Mapping[str, Any] | PodView | None = None) -> PodView:
     """The view of `pod` (the request's own pod when None): the one the request carries when it is of
     that pod, else one made now."""
-    pod = request.raw if pod is None else pod
     kept = request.view
-    if isinstance(kept, PodView) and kept.raw is pod:
+    if pod is None:
+        pod = request.raw
+    elif isinstance(pod, PodView):
+        return pod
+    if type(kept) is PodView and kept.raw is pod:  # parse_pod keeps the view it read the request from
         return kept
     return view_of(pod)
+
+
+def labels_and_annotations(pod: Mapping[str, Any] | PodView) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """A pod's labels and annotations, from its view or, for a caller that holds only the pod (the watch
+    cache's pods, manifests), from its metadata without building a view."""
+    if isinstance(pod, PodView):
+        return pod.labels, pod.annotations
+    metadata = _map(pod.get("metadata"))
+    return _map(metadata.get("labels")), _map(metadata.get("annotations"))
 
 
 def as_view(pod: Mapping[str, Any] | PodView) -> PodView:
@@ -166,4 +248,5 @@ def as_view(pod: Mapping[str, Any] | PodView) -> PodView:
     return pod if isinstance(pod, PodView) else view_of(pod)
 
 
-__all__ = ["CONTAINER_KINDS", "ContainerView", "PodView", "as_view", "view_for", "view_of"]
+__all__ = ["CONTAINER_KINDS", "EMPTY_POD", "ContainerView", "PodView", "absent", "as_view", "checked_view",
+           "labels_and_annotations", "view_for", "view_of"]

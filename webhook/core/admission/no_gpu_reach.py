@@ -7,17 +7,18 @@ reach a GPU node is refused, whatever the toolkit says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from webhook.core.domain.decision import Decision, warning
 from webhook.core.domain.model import PodRequest, Snapshot
 from webhook.core.podspec.limits import NO_DEVICES
-from webhook.core.podspec.vendors import COUNT_RESOURCES, list_of, mapping_of
+from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.view import PodView, as_view, view_for
 from webhook.core.policy.model import Policy
 
-from .envfrom import containers, env_from
+from .envfrom import env_from, named
 from .neutralise import VISIBLE, lacking, no_gpu_allowed, no_gpu_denied, void_ops
 from .scope import is_managed
 
@@ -30,17 +31,18 @@ FOREIGN_ACCELERATOR = "accelerator-not-counted"
 NO_GPU_ANSWERS = frozenset({"not-gpu-pod", "no-gpu-requested", FOREIGN_ACCELERATOR})
 
 
-def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, privileged: bool = False) -> list[str]:
+def reach(pod: Mapping[str, Any] | PodView, snapshot: Snapshot, policy: Policy, *, privileged: bool = False
+          ) -> list[str]:
     """Why a pod that asks for no GPU could still get one: a GPU RuntimeClass (the NVIDIA hook honours
     the image's NVIDIA_VISIBLE_DEVICES), the GPU taint tolerated, or a GPU node named in spec.nodeName.
     `privileged`: for a privileged container, which sees every device node whatever the toolkit says."""
-    spec = mapping_of(pod.get("spec"))
+    view = as_view(pod)
     reasons: list[str] = []
-    runtime = spec.get("runtimeClassName")
-    if isinstance(runtime, str) and runtime in policy.gpu_runtime_classes:
+    runtime = view.runtime_class_name
+    if runtime and runtime in policy.gpu_runtime_classes:
         reasons.append(f"runtimeClassName {runtime}")
-    node_name = spec.get("nodeName")
-    if isinstance(node_name, str) and node_name:
+    node_name = view.node_name
+    if node_name:
         node = snapshot.nodes.get(node_name)
         if node is None:
             reasons.append(f"spec.nodeName {node_name}, a node the webhook does not know")
@@ -49,8 +51,7 @@ def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, privile
             # so: node_routes.py) gives no GPU through the image's variable: nothing to neutralise there.
             reasons.append(f"spec.nodeName {node_name}, a GPU node")
     keys = GPU_TAINT_KEYS.union(str(t.get("key")) for t in policy.tolerations if t.get("key"))
-    for raw in list_of(spec.get("tolerations")):
-        toleration = mapping_of(raw)
+    for toleration in view.tolerations:
         key = toleration.get("key")
         if not key and toleration.get("operator") == "Exists":
             reasons.append("a toleration of every taint")
@@ -59,9 +60,8 @@ def reach(pod: Mapping[str, Any], snapshot: Snapshot, policy: Policy, *, privile
     return reasons
 
 
-def _privileged(spec: Mapping[str, Any], kinds: Iterable[str]) -> list[str]:
-    return [where for _, _, where, c in containers(spec, kinds)
-            if mapping_of(c.get("securityContext")).get("privileged") is True]
+def _privileged(pod: PodView) -> list[str]:
+    return [named(c.kind, c.index, c.name) for c in pod.of_kind("containers", "initContainers") if c.privileged]
 
 
 def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, snapshot: Snapshot, policy: Policy,
@@ -84,17 +84,17 @@ def after_screen(pod: Mapping[str, Any], request: PodRequest, final: Decision, s
 def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapshot, policy: Policy, *,
                    mutating: bool) -> Decision | None:
     """A pod of a managed namespace that asks for no GPU. None: nothing to say (allowed unchanged)."""
-    spec = mapping_of(pod.get("spec"))
-    violations, _ = env_from(spec, request.namespace, snapshot, gpu_pod=False)
+    view = view_for(request, pod)
+    violations, _ = env_from(view, request.namespace, snapshot, gpu_pod=False)
     if violations:
         return no_gpu_denied(403, violations[0].rule, "; ".join(v.message for v in violations))
-    privileged = _privileged(spec, ("containers", "initContainers"))
-    if privileged and (found := reach(pod, snapshot, policy, privileged=True)):
+    privileged = _privileged(view)
+    if privileged and (found := reach(view, snapshot, policy, privileged=True)):
         return no_gpu_denied(403, "isolation-privileged",
                              f"{privileged[0]} is privileged and the pod can reach a GPU node ({', '.join(found)}): "
                              "a privileged container sees every GPU of the node; set securityContext.privileged: "
                              "false or remove that")
-    reasons = reach(pod, snapshot, policy)
+    reasons = reach(view, snapshot, policy)
     if not reasons:
         return None  # cannot land on a (tainted) GPU node: whatever its image says, no GPU is there
     why = ", ".join(reasons)
@@ -102,12 +102,12 @@ def screen_non_gpu(pod: Mapping[str, Any], request: PodRequest, snapshot: Snapsh
         return no_gpu_denied(403, "gpu-reachable",
                              f"asks for no GPU but can reach one ({why}), which bypasses GPU admission: remove that, "
                              "or ask for GPUs in resources.limits (e.g. nvidia.com/gpu: 1)")
-    targets = [(key, index) for key, index, _, _ in containers(spec)]
+    targets = [(c.kind, c.index) for c in view.of_kind("containers", "initContainers")]
     if mutating:
-        ops = void_ops(pod, targets)
+        ops = void_ops(view, targets)
         note = warning(f"asks for no GPU but can reach one ({why}): {VISIBLE}={NO_DEVICES} set in every container")
         return no_gpu_allowed("neutralised", f"{VISIBLE}={NO_DEVICES}", ops, (note,) if ops else ())
-    missing = lacking(pod, targets)
+    missing = lacking(view, targets)
     if missing:
         return no_gpu_denied(403, "gpu-reachable",
                              f"asks for no GPU but can reach one ({why}), and {missing[0]} lacks "

@@ -20,6 +20,7 @@ from webhook.core.placement.place import constraints_for
 from webhook.core.placement.state import index_of
 from webhook.core.placement.topology import largest_nvlink_clique
 from webhook.core.podspec.vendor_table import memory_name, selector_names
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 
 
@@ -95,8 +96,8 @@ def awaiting_capacity(request: PodRequest, policy: Policy, snapshot: Snapshot | 
         constraints = constraints_for(request, policy.tolerations)
         awaiting, _ = pool_for(request, pools, constraints, policy.rule(request.namespace).allowed_models)
         if awaiting is not None:
-            return replace(awaiting, request=provisioning_request(request.raw))
-    name = provisioning_request(request.raw)
+            return replace(awaiting, request=provisioning_request(view_for(request)))
+    name = provisioning_request(view_for(request))
     return Awaiting(None, None, name) if name else None
 
 

@@ -109,7 +109,7 @@ def screen(pod: Mapping[str, Any] | PodView, snapshot: Snapshot, policy: Policy,
         # Accelerators outside the vendor table pass, with the warning that nothing counts or limits them,
         # and an answer that says so: the pod asks for an accelerator, only not one of this controller's.
         warned = tuple(warning(w) for w in request.warnings)
-        foreign = foreign_accelerators(pod)
+        foreign = foreign_accelerators(view_for(request))
         if foreign:
             return request, allowed(FOREIGN_ACCELERATOR,
                                     f"asks for {', '.join(foreign)}, which this controller does not count or "

@@ -31,6 +31,7 @@ from typing import Any
 from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, ScalePool
 from webhook.core.placement.nodeconstraints import NodeConstraints, Term, parse_int64
 from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.view import PodView, labels_and_annotations
 
 # Pods consuming a ProvisioningRequest: cluster-autoscaler's keys (current and the earlier ones that Kueue
 # and GKE still write). Such a pod waits for the node the request provisions.
@@ -107,12 +108,9 @@ class Awaiting:
                        awaiting_request=self.request)
 
 
-def provisioning_request(pod: Mapping[str, Any]) -> str:
+def provisioning_request(pod: Mapping[str, Any] | PodView) -> str:
     """The ProvisioningRequest the pod consumes ("" when none)."""
-    metadata = pod.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping):
-        return ""
+    annotations = labels_and_annotations(pod)[1]
     for key in PROVISIONING_ANNOTATIONS:
         value = annotations.get(key)
         if isinstance(value, str) and value:

@@ -4,12 +4,13 @@ counts or limits them, instead of waving it through silently. `looks_like_gpu` i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
 from .coerce import containers_of, mapping_of
 from .vendor_table import classify_resource
+from .view import PodView
 
 _ACCELERATOR_WORDS = ("gpu", "mlu", "dcu", "npu", "tpu", "xpu", "gcu", "hpu", "fpga", "ascend", "neuron", "gaudi",
                       "accelerator")
@@ -37,20 +38,26 @@ def foreign_accelerator_message(where: str, name: str) -> str:
     return f"{where}: {name} is not counted or limited by this controller; left alone"
 
 
-def _accelerator_names(pod: Mapping[str, Any]) -> Iterator[str]:
+def _foreign(names: Iterable[object]) -> Iterator[str]:
+    for resource in names:
+        if (isinstance(resource, str) and resource not in ("cpu", "memory") and looks_like_gpu(resource)
+                and classify_resource(resource) is None):
+            yield resource
+
+
+def _raw_resource_names(pod: Mapping[str, Any]) -> Iterator[object]:
     for _, _, container in containers_of(mapping_of(pod.get("spec"))):
         resources = mapping_of(container.get("resources"))
         for key in ("limits", "requests"):
-            for resource in mapping_of(resources.get(key)):
-                if (isinstance(resource, str) and resource not in ("cpu", "memory") and looks_like_gpu(resource)
-                        and classify_resource(resource) is None):
-                    yield resource
+            yield from mapping_of(resources.get(key))
 
 
-def foreign_accelerators(pod: Mapping[str, Any]) -> list[str]:
+def foreign_accelerators(pod: PodView) -> list[str]:
     """The accelerators outside the vendor table a pod asks for, sorted."""
-    return sorted(set(_accelerator_names(pod)))
+    containers = pod.of_kind("containers", "initContainers")
+    return sorted(set(_foreign(name for c in containers for section in (c.limits, c.requests) for name in section)))
 
 
 def has_foreign_accelerator(pod: Mapping[str, Any]) -> bool:
-    return next(_accelerator_names(pod), None) is not None
+    """The fast path's test, on the pod as it came (see fastpath.py)."""
+    return next(_foreign(_raw_resource_names(pod)), None) is not None

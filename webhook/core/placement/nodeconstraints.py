@@ -20,6 +20,7 @@ from webhook.core.podspec.view import PodView, as_view
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule only scores
 CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+_CORDON_KEYS = ("", CORDON.key)  # the keys of tolerations that can tolerate it
 LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 _INT64 = re.compile(r"[+-]?[0-9]+")  # strconv.ParseInt(s, 10, 64): no spaces, no underscores
 
@@ -161,7 +162,11 @@ class NodeConstraints:
         self.preferred = preferred
         self.tolerations = tolerations
         self.digest = hash((selector, required, preferred, tolerations))  # hashed once, not per look-up
-        self.cordon_ok = any(t.tolerates(CORDON) for t in tolerations)
+        self.cordon_ok = False
+        for t in tolerations:  # a loop: a generator costs more than the few tolerations a pod has
+            if t.key in _CORDON_KEYS and t.tolerates(CORDON):
+                self.cordon_ok = True
+                break
         self.by_labels = bool(selector) or required is not None  # else only taints and cordons restrict
 
     def _fields(self) -> tuple[Any, ...]:

@@ -131,10 +131,10 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
                 validate_bodies: list[bytes]) -> list[tuple[str, Stage | None, Stage | None]]:
     """Each stage of a request as (name, call for /mutate, call for /validate); a call takes the index of
     one of the reviews, whose inputs to that stage are prepared here."""
-    from webhook.core.admission import admit, dra, isolation, node_routes, trust
+    from webhook.core.admission import admit, dra, envfrom, node_routes, trust
     from webhook.core.admission import mutate as mutation
     from webhook.core.admission.rules import check_policy
-    from webhook.core.podspec.podshape import shape_error
+    from webhook.core.podspec.podshape import read_pod
     from webhook.core.podspec.record import sealed_text, shape_of
     from webhook.core.podspec.resources import parse_pod
     from webhook.server import jsoncodec
@@ -150,11 +150,12 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
     namespaces = [r["request"]["namespace"] for r in reviews]
 
     def prepared(pods: list[dict[str, Any]]) -> dict[str, list[Any]]:
-        requests = [parse_pod(p, ns) for p, ns in zip(pods, namespaces, strict=True)]
+        views = [read_pod(p) for p in pods]
+        requests = [parse_pod(v, ns) for v, ns in zip(views, namespaces, strict=True)]
         screened = [node_routes.screen(dra.with_claims(r, snapshot, policy), snapshot) for r in requests]
         decisions = [admit.mutate(p, snapshot, policy, namespace=ns, record_key=RECORD_KEY)
                      for p, ns in zip(pods, namespaces, strict=True)]
-        return {"request": requests, "screened": screened, "decision": decisions,
+        return {"view": views, "request": requests, "screened": screened, "decision": decisions,
                 "normal": [mutation._normalise(r, policy) for r in screened]}
 
     m, v = prepared(mutate_pods), prepared(validate_pods)
@@ -178,13 +179,13 @@ def stage_calls(handler: Any, reviews: list[dict[str, Any]], mutate_bodies: list
         ("handler.handle, all", *both(lambda p, b, x: None)),  # filled in below
         ("  core mutate/validate, all", *both(lambda p, b, x: None)),
         ("  server around the core", None, None),
-        ("core: shape_error", *both(lambda p, b, x: lambda i: shape_error(p[i]))),
-        ("core: parse_pod", *both(lambda p, b, x: lambda i: parse_pod(p[i], namespaces[i]))),
+        ("core: read_pod (types, view)", *both(lambda p, b, x: lambda i: read_pod(p[i]))),
+        ("core: parse_pod of the view", *both(lambda p, b, x: lambda i: parse_pod(x["view"][i], namespaces[i]))),
         ("core: DRA claims + node routes", *both(lambda p, b, x: lambda i: node_routes.screen(
             dra.with_claims(x["request"][i], snapshot, policy), snapshot))),
         ("core: record seal verify", *both(lambda p, b, x: lambda i: trust.sealed_record(
             p[i], x["screened"][i], RECORD_KEY))),
-        ("core: envFrom screen", *both(lambda p, b, x: lambda i: isolation.screen_gpu(
+        ("core: envFrom screen", *both(lambda p, b, x: lambda i: envfrom.screen_gpu(
             p[i], x["screened"][i], snapshot, policy))),
         ("core: policy rules", *both(lambda p, b, x: lambda i: check_policy(x["screened"][i], policy))),
         ("core: placement", lambda i: mutation._plan(m["normal"][i], snapshot, policy), None),

@@ -13,7 +13,7 @@ from server_support import cluster_objects
 
 from webhook.cluster.translate import build_snapshot
 from webhook.core.admission import admit
-from webhook.core.admission.isolation import env_from_keys
+from webhook.core.admission.envfrom import env_from_keys
 from webhook.core.domain.model import Node, Snapshot
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder

@@ -3,7 +3,7 @@
 The kubelet builds a container's environment, envFrom included, each time it starts the container, so
 an edit (or a ConfigMap deleted and created anew) reaches the pod at its next restart. A ConfigMap write
 that would give a live GPU pod a variable its admission refuses is refused, by the same rule
-(`isolation.refused_keys`); the watch cache keeps who reads what (`Snapshot.env_readers`).
+(`envfrom.refused_keys`); the watch cache keeps who reads what (`Snapshot.env_readers`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from server_support import cluster_objects
 
 from webhook.cluster.cache import ClusterCache
 from webhook.cluster.translate import build_snapshot
-from webhook.core.admission import isolation
+from webhook.core.admission import configmap_writes, envfrom
 from webhook.core.domain.model import EnvReader, Snapshot
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder
@@ -68,7 +68,7 @@ def snapshot_of(*objects: dict[str, Any]) -> Snapshot:
 
 
 def decide(request: dict[str, Any], snapshot: Snapshot) -> Any:
-    return isolation.config_map_write(request, snapshot, Policy())
+    return configmap_writes.config_map_write(request, snapshot, Policy())
 
 
 # --------------------------------------------------------------------------- the rule
@@ -80,7 +80,7 @@ def readers(prefix: str = "", where: str = "container 'main'", name: str = "trai
 
 
 def test_a_device_variable_without_prefix_is_refused_with_a_message_to_act_on() -> None:
-    (refusal,) = isolation.config_map_refusals(NS, "settings", ["LOG_LEVEL", "NVIDIA_VISIBLE_DEVICES"],
+    (refusal,) = configmap_writes.config_map_refusals(NS, "settings", ["LOG_LEVEL", "NVIDIA_VISIBLE_DEVICES"],
                                                readers(pods=3))
     assert (refusal.rule, refusal.code) == ("isolation-env-configmap", 403)
     message = refusal.message
@@ -90,29 +90,29 @@ def test_a_device_variable_without_prefix_is_refused_with_a_message_to_act_on() 
 
 
 def test_a_prefix_forms_the_variable_from_a_short_key() -> None:
-    (refusal,) = isolation.config_map_refusals(NS, "settings", ["VISIBLE_DEVICES", "HOST"], readers("NVIDIA_"))
+    (refusal,) = configmap_writes.config_map_refusals(NS, "settings", ["VISIBLE_DEVICES", "HOST"], readers("NVIDIA_"))
     assert "key VISIBLE_DEVICES would set NVIDIA_VISIBLE_DEVICES" in refusal.message
     assert "prefix NVIDIA_" in refusal.message
     # The same key without that prefix is an ordinary variable.
-    assert isolation.config_map_refusals(NS, "settings", ["VISIBLE_DEVICES"], readers()) == []
+    assert configmap_writes.config_map_refusals(NS, "settings", ["VISIBLE_DEVICES"], readers()) == []
 
 
 @pytest.mark.parametrize("key", ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT",
                                  "GPU_CORE_UTILIZATION_POLICY", "LD_PRELOAD", "CUDA_MPS_PIPE_DIRECTORY",
                                  "ACTIVE_OOM_KILLER"])
 def test_limit_switches_are_refused(key: str) -> None:
-    (refusal,) = isolation.config_map_refusals(NS, "settings", [key, "PORT"], readers())
+    (refusal,) = configmap_writes.config_map_refusals(NS, "settings", [key, "PORT"], readers())
     assert f"key {key} would set {key}" in refusal.message
 
 
 @pytest.mark.parametrize("keys", [["LOG_LEVEL", "PORT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"],
                                   ["config.yaml", "ca.crt"], []])
 def test_ordinary_keys_pass(keys: list[str]) -> None:
-    assert isolation.config_map_refusals(NS, "settings", keys, readers()) == []
+    assert configmap_writes.config_map_refusals(NS, "settings", keys, readers()) == []
 
 
 def test_every_refused_variable_is_named_once_per_key() -> None:
-    found = isolation.config_map_refusals(NS, "settings", ["LD_PRELOAD", "NVIDIA_VISIBLE_DEVICES"],
+    found = configmap_writes.config_map_refusals(NS, "settings", ["LD_PRELOAD", "NVIDIA_VISIBLE_DEVICES"],
                                           [*readers(), *readers(where="init container 'setup'", name="a-0")])
     assert [f.message.split(" would set ")[1].split(" ")[0] for f in found] == ["LD_PRELOAD", "NVIDIA_VISIBLE_DEVICES"]
     assert all("GPU pod team-a/a-0" in f.message and "init container 'setup'" in f.message for f in found)
@@ -125,9 +125,9 @@ def test_a_write_is_refused_exactly_when_the_admission_of_its_reader_would_be(pr
     """The two paths call one rule: a GPU pod whose ConfigMap held the key at admission is refused there
     iff the write that adds the key while the pod runs is refused here."""
     spec = pod("train-0", prefix=prefix)["spec"]
-    at_admission = Snapshot(config_maps={NS: {"settings": isolation.env_from_keys({key: "x"})}})
-    violations, _ = isolation.env_from(spec, NS, at_admission, gpu_pod=True)
-    refused = isolation.config_map_refusals(NS, "settings", [key], readers(prefix))
+    at_admission = Snapshot(config_maps={NS: {"settings": envfrom.env_from_keys({key: "x"})}})
+    violations, _ = envfrom.env_from(spec, NS, at_admission, gpu_pod=True)
+    refused = configmap_writes.config_map_refusals(NS, "settings", [key], readers(prefix))
     assert bool(refused) == bool(violations)
 
 
@@ -321,8 +321,8 @@ def test_only_writes_of_env_style_keys_are_sent(sent: Any) -> None:
 def test_every_key_the_webhook_decides_on_is_sent(sent: Any) -> None:
     """Whatever key `env_from_keys` keeps (some prefix could make it an isolation variable) passes the
     chart's condition, so no write the server would refuse is left unsent."""
-    keys = set(isolation._TAILS)
-    keys |= {tail + rest for tail in isolation._FAMILY_TAILS for rest in ("", "x", ".conf", "0", "-a")}
-    assert keys == set(isolation.env_from_keys(dict.fromkeys(keys)))
+    keys = set(envfrom._TAILS)
+    keys |= {tail + rest for tail in envfrom._FAMILY_TAILS for rest in ("", "x", ".conf", "0", "-a")}
+    assert keys == set(envfrom.env_from_keys(dict.fromkeys(keys)))
     for key in sorted(keys):
         assert sent(config_map(data={"config.yaml": "", key: "1"})), key

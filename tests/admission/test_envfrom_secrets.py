@@ -20,7 +20,8 @@ from builders import H100, node, pod, snapshot
 
 from webhook.core.admission import admit
 from webhook.core.admission.env_pins import can_form, harmless, pins_for
-from webhook.core.admission.isolation import env_from_keys, ephemeral
+from webhook.core.admission.envfrom import env_from_keys
+from webhook.core.admission.ephemeral import ephemeral
 from webhook.core.domain.model import Node, Snapshot
 from webhook.core.podspec.limits import ENV_FROM_PINS, ISOLATION_ENV
 from webhook.core.policy.model import Policy, PolicyError, parse_policy

@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from isolation_support import CONFIG_MAPS, SNAP, VOID, chain, cpu_pod
 
 from webhook.core.admission import admit
-from webhook.core.admission.isolation import env_from_keys
+from webhook.core.admission.envfrom import env_from_keys
 from webhook.core.domain.model import Snapshot
 from webhook.core.podspec.fastpath import is_gpu_pod, needs_decision
 from webhook.core.podspec.hostpaths import is_device_hostpath

@@ -16,7 +16,7 @@ from builders import H100, node, pod, snapshot
 from webhook.cli import main
 from webhook.core.admission import admit
 from webhook.core.admission.env_pins import harmless
-from webhook.core.admission.isolation import env_from_keys
+from webhook.core.admission.envfrom import env_from_keys
 from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.limits import ENV_FROM_PINS, ISOLATION_ENV, TOOLKIT_NARROW_ENV, is_isolation_env
 from webhook.core.policy.model import Policy

@@ -1,9 +1,10 @@
 """A ConfigMap edited right after a GPU pod that reads it through envFrom was admitted, before the watch
 shows the pod: a script that creates the pod and at once edits its ConfigMap.
 
-The reservation the validating webhook takes for the pod carries what it reads (core/isolation.py
-`env_reads`, the function the watch cache builds `Snapshot.env_readers` with), and the picture a
-ConfigMap write is decided against counts those reads until the watch shows the pod.
+The reservation the validating webhook takes for the pod carries what it reads
+(core/admission/configmap_readers.py `env_reads`, the function the watch cache builds
+`Snapshot.env_readers` with), and the picture a ConfigMap write is decided against counts those reads
+until the watch shows the pod.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from server_support import cluster_objects
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import ApiStore, InProcessStore, Ledger, Reservation, ReservationStore
 from webhook.cluster.source import LiveSource, with_reservations
-from webhook.core.admission.isolation import env_reads
+from webhook.core.admission.configmap_readers import env_reads
 from webhook.core.domain.model import Allocation, EnvReader, TopologyClass
 from webhook.core.policy.model import Policy
 from webhook.policyfile.holder import PolicyHolder

@@ -10,9 +10,9 @@ from typing import Any
 from webhook.core.admission.configmap_readers import TERMINAL_PHASES
 from webhook.core.domain.model import Allocation, GpuUsage, Node
 from webhook.core.domain.names import ALLOCATION
+from webhook.core.podspec.coerce import mapping_of
 from webhook.core.podspec.record import allocation_from_json
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import mapping_of
 
 from .held import env_share_of, held_of, record_nonce, without_share_annotations
 

@@ -43,7 +43,7 @@ from webhook.core.podspec.inventory import (
 )
 from webhook.core.podspec.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import VENDORS, classify_resource, device_kind
+from webhook.core.podspec.vendor_table import VENDORS, classify_resource, device_kind
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .held import repeated

@@ -77,7 +77,7 @@ def real_core(record_key: bytes | tuple[bytes, ...] | None = None) -> AdmissionC
     from webhook.core.admission.dra_objects import check_claim_object
     from webhook.core.admission.ephemeral import ephemeral
     from webhook.core.admission.node_routes import device_list_mounts
-    from webhook.core.podspec.vendors import needs_decision
+    from webhook.core.podspec.fastpath import needs_decision
 
     # Not only GPU pods: one asking for an accelerator outside the vendor table gets a warning from the core,
     # one naming DRA claims has their GPUs counted, and one mounting a toolkit device list is refused.

@@ -13,7 +13,8 @@ from typing import Any
 
 from webhook.core.domain.model import EnvReader
 from webhook.core.domain.names import ALLOCATION
-from webhook.core.podspec.vendors import is_gpu_pod, list_of, mapping_of
+from webhook.core.podspec.coerce import list_of, mapping_of
+from webhook.core.podspec.fastpath import is_gpu_pod
 
 from . import env_pins
 from .dra import claim_refs

@@ -12,8 +12,8 @@ from typing import Any
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import EnvReader, Snapshot
 from webhook.core.domain.refusal import Refusal
+from webhook.core.podspec.coerce import mapping_of
 from webhook.core.podspec.limits import ISOLATION_PREFIXES
-from webhook.core.podspec.vendors import mapping_of
 from webhook.core.policy.model import Policy
 
 from .envfrom import env_from_keys, layer_of, refused_keys

@@ -37,12 +37,7 @@ from webhook.core.podspec.dialects import mode_warnings
 from webhook.core.podspec.dialects import resolve as resolve_gpu_policy
 from webhook.core.podspec.podshape import read_pod
 from webhook.core.podspec.record import RecordKey, sealed_text, shape_of
-from webhook.core.podspec.vendors import (
-    COUNT_RESOURCES,
-    SELECTORS,
-    TOPOLOGY_MODELLED,
-    unenforced_slice,
-)
+from webhook.core.podspec.vendor_table import COUNT_RESOURCES, SELECTORS, TOPOLOGY_MODELLED, unenforced_slice
 from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 

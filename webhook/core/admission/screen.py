@@ -12,10 +12,12 @@ from webhook.core.domain.decision import Decision, allowed, denied, refused, war
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.podspec import patch as patches
+from webhook.core.podspec.accelerators import foreign_accelerators
+from webhook.core.podspec.coerce import list_of
 from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_env
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendors import enforced_backend, foreign_accelerators, kept_for_scheduler, list_of
+from webhook.core.podspec.vendor_table import enforced_backend, kept_for_scheduler
 from webhook.core.podspec.view import PodView, view_for
 from webhook.core.policy.model import Policy
 

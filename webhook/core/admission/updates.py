@@ -31,14 +31,10 @@ from webhook.core.admission.screen import screen
 from webhook.core.admission.trust import record_update
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import Snapshot
-from webhook.core.podspec.vendors import (
-    KAI_FRACTION,
-    KAI_FRACTION_DEVICES,
-    KAI_MEMORY,
-    SELECTORS,
-    VGPU_MODES,
-    mapping_of,
-)
+from webhook.core.podspec.coerce import mapping_of
+from webhook.core.podspec.dialects import VGPU_MODES
+from webhook.core.podspec.kai import KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY
+from webhook.core.podspec.vendor_table import SELECTORS
 from webhook.core.policy.model import Policy
 
 # Annotations read at scheduling that ask for GPUs or choose them: fixed from admission on.

@@ -8,10 +8,10 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
 from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.podspec.coerce import is_mapping
 from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import read_pod
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
-from webhook.core.podspec.vendors import is_mapping
 from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 

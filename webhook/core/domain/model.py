@@ -264,11 +264,11 @@ class Snapshot:
     # changes what they count (core/dra_objects.py).
     claim_users: Mapping[str, Mapping[tuple[str, str], int]] = field(default_factory=dict)
     # ConfigMaps by namespace and name, each reduced to the keys of its data that can name an isolation
-    # variable through envFrom (core/isolation.py, `env_from_keys`); one absent here is not known.
+    # variable through envFrom (core/admission/envfrom.py, `env_from_keys`); one absent here is not known.
     config_maps: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
     # Who reads each ConfigMap through envFrom: namespace -> ConfigMap name -> the distinct (prefix,
-    # container) of live GPU pods (core/isolation.py `config_map_write`: the kubelet re-reads a
-    # ConfigMap at every container start, so an edit reaches pods admitted before it).
+    # container) of live GPU pods (core/admission/configmap_writes.py `config_map_write`: the kubelet
+    # re-reads a ConfigMap at every container start, so an edit reaches pods admitted before it).
     env_readers: Mapping[str, Mapping[str, tuple[EnvReader, ...]]] = field(default_factory=dict)
     # Multi-pod groups' chosen domains (core/groups.py `GroupRecord`), by `GroupRecord.key`.
     groups: Mapping[str, Any] = field(default_factory=dict)

@@ -30,7 +30,7 @@ from typing import Any
 
 from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, ScalePool
 from webhook.core.placement.nodeconstraints import NodeConstraints, Term, parse_int64
-from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 from webhook.core.podspec.view import PodView, labels_and_annotations
 
 # Pods consuming a ProvisioningRequest: cluster-autoscaler's keys (current and the earlier ones that Kueue

@@ -47,7 +47,7 @@ from typing import Any
 
 from webhook.core.domain.names import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION
 from webhook.core.podspec import workload
-from webhook.core.podspec.vendors import mapping_of
+from webhook.core.podspec.coerce import mapping_of
 from webhook.core.podspec.view import PodView, labels_and_annotations
 
 

@@ -31,7 +31,7 @@ from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, Snapsho
 from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.podspec.inventory import LevelMatrix, Matrix
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
-from webhook.core.podspec.vendors import MIG_PREFIX, device_kind, mig_memory_of_name, mig_profile
+from webhook.core.podspec.vendor_table import MIG_PREFIX, device_kind, mig_memory_of_name, mig_profile
 from webhook.core.policy.model import Policy
 
 from .nodeconstraints import AFFINITY, SELECTOR, TAINT

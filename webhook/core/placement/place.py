@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
-from webhook.core.podspec.vendors import COUNT_RESOURCES
+from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 from webhook.core.podspec.view import EMPTY_POD, view_for
 
 from .candidates import candidates

@@ -115,7 +115,7 @@ class Policy:
     # resources that a DeviceClass serves through DRA and the vendor table does not know (whole GPUs).
     dra_device_classes: tuple[str, ...] = DRA_DEVICE_CLASSES
     dra_extended_resources: tuple[str, ...] = ()
-    # Isolation (core/admission/isolation.py names its modules): RuntimeClasses that run the NVIDIA
+    # Isolation (core/admission/no_gpu_reach.py, envfrom.py): RuntimeClasses that run the NVIDIA
     # hook; what to do with envFrom sources the webhook cannot read (Secrets, ConfigMaps not seen) and
     # with a pod that asks for no GPU but can reach one (GPU RuntimeClass, GPU taint tolerated, nodeName
     # of a GPU node).

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_clusters import busy_usage, mixed_cluster  # noqa: E402
 
-from webhook.core.domain.model import Node, NodeUsage, PodRequest, TopologyPreference  # noqa: E402
+from webhook.core.domain.model import Node, NodeUsage
+from webhook.core.domain.request import PodRequest, TopologyPreference
 from webhook.core.placement.context import POLICIES, PlacementContext
 from webhook.core.placement.nodeindex import NodeIndex  # noqa: E402
 from webhook.core.placement.place import commit, place

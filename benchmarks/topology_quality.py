@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_clusters import nvswitch_node, paired_node, pcie_node  # noqa: E402
 
-from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest, TopologyClass, TopologyPreference  # noqa: E402
+from webhook.core.domain.model import Node, NodeUsage, Option, TopologyClass
+from webhook.core.domain.request import PodRequest, TopologyPreference
 from webhook.core.placement.context import DEFAULT_LOSS, PlacementContext
 from webhook.core.placement.nodeindex import (
     NodeIndex,  # noqa: E402

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from webhook.core.domain.model import Gpu, Node, PodRequest
+from webhook.core.domain.model import Gpu, Node
+from webhook.core.domain.request import PodRequest
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-40GB"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
     COMMON,

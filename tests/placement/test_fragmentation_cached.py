@@ -11,7 +11,8 @@ import pytest
 
 import webhook.core.placement.fragmentation as fragmentation
 import webhook.core.placement.kinds as kinds
-from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import (
     COMMON,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.domain.model import Gpu, GpuUsage, Node, NodeUsage
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import fragmentation_delta, node_states, states_delta
 from webhook.core.placement.nodeindex import NodeIndex

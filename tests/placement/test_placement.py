@@ -7,8 +7,9 @@ from collections.abc import Mapping
 import pytest
 from gpu_nodes import A100, dgx, paired, pcie_box, request
 
-from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, PodRequest, Snapshot, TopologyClass
-from webhook.core.domain.model import TopologyPreference as Topo
+from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, Snapshot, TopologyClass
+from webhook.core.domain.request import PodRequest
+from webhook.core.domain.request import TopologyPreference as Topo
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import FILLED, TIE_BREAK, default_mix, fragmentation_delta
 from webhook.core.placement.nodeindex import NodeIndex

@@ -8,8 +8,9 @@ from gpu_nodes import dgx, paired, pcie_box, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core.domain.model import Node, NodeUsage, PodRequest
-from webhook.core.domain.model import TopologyPreference as Topo
+from webhook.core.domain.model import Node, NodeUsage
+from webhook.core.domain.request import PodRequest
+from webhook.core.domain.request import TopologyPreference as Topo
 from webhook.core.placement.context import POLICIES, PlacementContext
 from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.place import commit, place

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpu_nodes import pcie_box, request
 
-from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option, PodRequest
+from webhook.core.domain.model import GpuUsage, Node, NodeUsage, Option
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.context import PlacementContext
 from webhook.core.placement.nodeindex import NodeIndex
 from webhook.core.placement.place import place

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from webhook.core.domain.model import PodRequest
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.resources import parse_pod
 
 

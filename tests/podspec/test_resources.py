@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.domain.model import ContainerRequest, GpuRequest, TopologyPreference
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import ContainerRequest, GpuRequest, TopologyPreference
 from webhook.core.podspec.envvars import is_bypass_env, limit_env_of
 from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.quantity import (

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook.core.domain.model import TopologyClass, TopologyPreference
+from webhook.core.domain.model import TopologyClass
+from webhook.core.domain.request import TopologyPreference
 from webhook.core.policy.model import NamespaceRule, Policy, PolicyError, parse_policy
 from webhook.errors import UserError
 from webhook.policyfile.read import load_policy

@@ -16,7 +16,7 @@ import json
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.domain.model import ContainerRequest, PodRequest
+from webhook.core.domain.request import ContainerRequest, PodRequest
 from webhook.core.podspec.coerce import is_mapping, list_of, mapping_of
 from webhook.core.podspec.kai import KAI_FRACTION, KAI_FRACTION_DEVICES, KAI_MEMORY
 from webhook.core.podspec.vendor_table import MAX_GPUS

@@ -43,7 +43,7 @@ from webhook.core.podspec.inventory import (
 )
 from webhook.core.podspec.quantity import MIB, QuantityError, parse_quantity
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.vendor_table import VENDORS, classify_resource, device_kind
+from webhook.core.podspec.vendor_table import BY_NAME, VENDORS, classify_resource, device_kind
 from webhook.core.policy.model import DRA_DEVICE_CLASSES
 
 from .held import repeated
@@ -61,8 +61,6 @@ QUOTA_KEYS: Mapping[str, tuple[str, ...]] = {
     "memory_mib": (QUOTA_MEMORY, "requests.nvidia.com/gpumem", "nvidia.com/gpumem"),
     "cores": (QUOTA_CORES, "requests.nvidia.com/gpucores", "nvidia.com/gpucores"),
 }
-# Default model names for vendors whose nodes are known only by their allocatable resources.
-VENDOR_MODEL = {"cambricon": "MLU", "hygon": "DCU"}
 
 Inventory = tuple[tuple[Gpu, ...], tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]]
 
@@ -149,7 +147,8 @@ def _other_vendor(name: str, allocatable: Mapping[str, Any]) -> tuple[str, tuple
         if row.vendor == "nvidia":
             continue
         totals: dict[str, int] = {}
-        model = VENDOR_MODEL.get(row.vendor, row.vendor.upper())
+        vendor = BY_NAME[row.vendor]
+        model = vendor.device_model or row.vendor.upper()
         for key, value in allocatable.items():
             kind = classify_resource(key)
             if kind is None or kind[0] != row.vendor or kind[1] == "device":
@@ -161,7 +160,7 @@ def _other_vendor(name: str, allocatable: Mapping[str, Any]) -> tuple[str, tuple
         if cards:
             memory = totals.get("memory", 0) // cards
             # HAMi's own device ids (`<node>-cambricon-mlu-<i>`), which cambricon.com/use-gpuuuid names.
-            ids = {"cambricon": f"{name}-cambricon-mlu-"}.get(row.vendor, f"{name}-{row.vendor}-")
+            ids = name + (vendor.device_ids or f"-{row.vendor}-")
             return row.vendor, tuple(Gpu(i, f"{ids}{i}", model, memory) for i in range(cards))
     return "", ()
 

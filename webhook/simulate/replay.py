@@ -17,7 +17,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from webhook.core.domain.model import GpuUsage, Node, NodeUsage, PodRequest
+from webhook.core.domain.model import GpuUsage, Node, NodeUsage
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.context import PlacementContext, WorkloadShape
 from webhook.core.placement.fragmentation import forget
 from webhook.core.placement.mixlearn import Learner, hosts_of, request_shape

@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core.domain.model import Gpu, Node, PodRequest
+from webhook.core.domain.model import Gpu, Node
+from webhook.core.domain.request import PodRequest
 from webhook.errors import UserError
 
 MILLI = 1000

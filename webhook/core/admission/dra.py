@@ -30,8 +30,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import Allocation, Claim, DeviceAsk, Node, PodRequest, Snapshot, TopologyClass, Usage
+from webhook.core.domain.model import Allocation, Claim, DeviceAsk, Node, Snapshot, TopologyClass, Usage
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.accelerators import looks_like_gpu
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.fastpath import is_gpu_pod

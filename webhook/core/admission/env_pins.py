@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.domain.model import Allocation, Snapshot
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.nodeconstraints import CORDONED, constraints_of, tolerations_of
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import DEVICE_SELECTING, ENV_FROM_PINS, ISOLATION_ENV, ISOLATION_PREFIXES

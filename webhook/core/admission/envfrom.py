@@ -19,8 +19,9 @@ from functools import lru_cache
 from typing import Any
 
 from webhook.core.domain.decision import warning
-from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, is_isolation_env
 from webhook.core.podspec.view import PodView, view_for

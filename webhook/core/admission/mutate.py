@@ -13,17 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.domain.decision import Decision, denied, patched, refused, warning, with_patch
-from webhook.core.domain.model import (
-    Allocation,
-    Node,
-    Option,
-    Placement,
-    PodRequest,
-    Snapshot,
-    TopologyClass,
-)
+from webhook.core.domain.model import Allocation, Node, Option, Placement, Snapshot, TopologyClass
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import PodRequest
 from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.placement import group_place, mig
 from webhook.core.placement.capacity import AWAITING, Awaiting

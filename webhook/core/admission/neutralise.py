@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, denied, patched
-from webhook.core.domain.model import PodRequest
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.limits import NO_DEVICES
 from webhook.core.podspec.patch import pointer
 from webhook.core.podspec.view import ContainerView, PodView, as_view, view_for

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.domain.decision import Decision, warning
-from webhook.core.domain.model import PodRequest, Snapshot
+from webhook.core.domain.model import Snapshot
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.limits import NO_DEVICES
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 from webhook.core.podspec.view import PodView, as_view, view_for

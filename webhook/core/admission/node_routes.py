@@ -16,8 +16,9 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.core.domain.model import PodRequest, Snapshot
+from webhook.core.domain.model import Snapshot
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.view import PodView, view_for
 

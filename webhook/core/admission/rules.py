@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from webhook.core.domain.model import Allocation, PodRequest, Snapshot, TopologyPreference
+from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import PodRequest, TopologyPreference
 from webhook.core.placement.capacity import Awaiting, considered, pool_for, pools_of, provisioning_request
 from webhook.core.placement.nodeconstraints import AFFINITY, CORDONED, SELECTOR, TAINT, NodeConstraints
 from webhook.core.placement.nodeindex import Shape, Statics

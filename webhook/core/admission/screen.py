@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
-from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.accelerators import foreign_accelerators
 from webhook.core.podspec.coerce import list_of

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from webhook.core.domain.model import Allocation, PodRequest
+from webhook.core.domain.model import Allocation
+from webhook.core.domain.request import PodRequest
 from webhook.core.policy.model import Policy
 
 Slice = tuple[int | None, int | None, int | None]  # memory MiB, memory %, cores %

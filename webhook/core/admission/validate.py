@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
-from webhook.core.domain.model import Allocation, PodRequest, Snapshot
+from webhook.core.domain.model import Allocation, Snapshot
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import is_mapping
 from webhook.core.podspec.limits import limit_env
 from webhook.core.podspec.podshape import read_pod

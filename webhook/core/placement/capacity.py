@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, ScalePool
+from webhook.core.domain.model import Allocation, Gpu, Node, ScalePool
+from webhook.core.domain.request import PodRequest
 from webhook.core.placement.nodeconstraints import NodeConstraints, Term, parse_int64
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 from webhook.core.podspec.view import PodView, labels_and_annotations

@@ -6,8 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Node, NodeUsage, Option, PodRequest, TopologyClass
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, Node, NodeUsage, Option, TopologyClass
 from webhook.core.domain.names import PLACEMENT_POLICIES
+from webhook.core.domain.request import PodRequest
 
 from .nodeconstraints import NodeConstraints, Toleration
 

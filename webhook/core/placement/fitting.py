@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.domain.model import PodRequest, TopologyClass, TopologyPreference
+from webhook.core.domain.model import TopologyClass
+from webhook.core.domain.request import PodRequest, TopologyPreference
 from webhook.core.podspec.dialects import MUTEX
 
 from .nodeindex import LEVELS, MEMO_LIMIT, Shape, State, remember, share_level

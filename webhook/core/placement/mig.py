@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.core.domain.model import Allocation, Gpu, Node, PodRequest, Snapshot, TopologyClass
+from webhook.core.domain.model import Allocation, Gpu, Node, Snapshot, TopologyClass
+from webhook.core.domain.request import PodRequest
 from webhook.core.domain.vendor_quota import device_resource
 from webhook.core.podspec.inventory import LevelMatrix, Matrix
 from webhook.core.podspec.quantity import QuantityError, parse_quantity

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from operator import itemgetter
 
-from webhook.core.domain.model import Node, PodRequest, Snapshot
+from webhook.core.domain.model import Node, Snapshot
+from webhook.core.domain.request import PodRequest
 from webhook.core.domain.shapes import EMPTY, MILLI, Observed, Shape, shape_of, slice_milli
 from webhook.core.policy.model import Policy
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.domain.model import Node, NodeUsage, Option, Placement, PodRequest, TopologyClass
+from webhook.core.domain.model import Node, NodeUsage, Option, Placement, TopologyClass
+from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
 from webhook.core.podspec.view import EMPTY_POD, view_for
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.domain.model import Node, NodeUsage, Option, PodRequest
+from webhook.core.domain.model import Node, NodeUsage, Option
+from webhook.core.domain.request import PodRequest
 
 from .context import PlacementContext
 from .fitting import Choice, Demand, Fit

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.core.domain.model import ContainerRequest, GpuRequest
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import ContainerRequest, GpuRequest
 
 from .accelerators import foreign_accelerator_message, looks_like_gpu
 from .envvars import is_bypass_entry, is_limit_env, limit_env_of

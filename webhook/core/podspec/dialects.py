@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.domain.model import TopologyPreference
 from webhook.core.domain.names import GPU_PLACEMENTS
+from webhook.core.domain.request import TopologyPreference
 
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"

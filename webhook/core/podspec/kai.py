@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from webhook.core.domain.model import GpuRequest
+from webhook.core.domain.request import GpuRequest
 
 from .quantity import QuantityError, parse_quantity
 from .vendor_table import MAX_GPU_MEMORY_MIB, MAX_GPUS

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from webhook.core.domain.model import Allocation, ContainerRequest, PodRequest
+from webhook.core.domain.model import Allocation
 from webhook.core.domain.names import MANAGED_LABEL
+from webhook.core.domain.request import ContainerRequest, PodRequest
 
 from .coerce import is_mapping
 from .coerce import mapping_of as _map

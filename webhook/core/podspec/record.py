@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from webhook.core.domain.model import Allocation, ContainerRequest, TopologyClass
+from webhook.core.domain.model import Allocation, TopologyClass
 from webhook.core.domain.names import ALLOCATION
+from webhook.core.domain.request import ContainerRequest
 
 ANNOTATION = ALLOCATION  # the decision record
 SEAL = "seal"

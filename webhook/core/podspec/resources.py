@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from webhook.core.domain.model import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
 from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES, TOPOLOGY
 from webhook.core.domain.refusal import Refusal
+from webhook.core.domain.request import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
 from webhook.core.domain.vendor_quota import device_resource
 
 from . import view as views

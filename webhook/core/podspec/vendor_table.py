@@ -51,6 +51,9 @@ class Vendor:
     * `topology_modelled`: the topology model and its loss figures (NVLink vs PCIe) describe its links.
     * `slices_enforced_by`: the one scheduler under which its slices are enforced (a warning otherwise).
     * `register`: the Node annotation HAMi's device plugin registers its devices in.
+    * `device_model`: the model a node known only by the vendor's resources is given ("" : the vendor's
+      name in capitals); `device_ids`: HAMi's id of such a node's i-th device after the node's name
+      ("" : `-<vendor>-`), which the vendor's use-uuid annotation names.
     """
 
     name: str
@@ -65,6 +68,8 @@ class Vendor:
     topology_modelled: bool = False
     slices_enforced_by: str = ""
     register: str = ""
+    device_model: str = ""
+    device_ids: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "resources", tuple(replace(r, vendor=self.name) for r in self.resources))
@@ -99,6 +104,7 @@ TABLE: tuple[Vendor, ...] = (
         # HAMi's DCU plugin limits only the devices HAMi's scheduler assigned (`hami.io/dcu-devices-allocated`).
         slices_enforced_by="hami-scheduler",
         register="hami.io/node-dcu-register",
+        device_model="DCU",
     ),
     Vendor(
         "cambricon",
@@ -110,6 +116,8 @@ TABLE: tuple[Vendor, ...] = (
         ("cambricon.com/use-mlutype", "cambricon.com/nouse-mlutype", "cambricon.com/use-gpuuuid",
          "cambricon.com/nouse-gpuuuid"),
         model_part="mlu",  # the one model name HAMi manages (its chart's)
+        device_model="MLU",
+        device_ids="-cambricon-mlu-",
     ),
 )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from webhook.core.domain.model import PodRequest
+from webhook.core.domain.request import PodRequest
 
 from .coerce import mapping_of
 

@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, ScalePool, Taint, TopologyClass, TopologyPreference
+from webhook.core.domain.model import DEFAULT_TOPOLOGY_LOSS, ScalePool, Taint, TopologyClass
 from webhook.core.domain.names import GPU_PLACEMENTS, PLACEMENT_POLICIES
+from webhook.core.domain.request import TopologyPreference
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES, is_gpu_resource
 
 BUILTIN_PLACEMENTS = PLACEMENT_POLICIES

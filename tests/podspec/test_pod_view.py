@@ -197,3 +197,67 @@ def test_a_pod_of_wrong_types_is_refused_by_the_one_reader_with_the_field_path()
                                      "got a string"
     raw["spec"]["containers"][0]["securityContext"] = None
     assert isinstance(podshape.read_pod(raw), PodView)
+
+
+# Each field of the view, the pod field it is read from, and a value of the wrong type for it. A field
+# added to the view must be added here, and so to the shape check (podshape._SPEC): the view is built
+# without type tests only for a pod the shape check passed.
+POD_FIELDS: dict[str, tuple[str, Any]] = {
+    "name": ("metadata.name", 1), "namespace": ("metadata.namespace", []), "uid": ("metadata.uid", {}),
+    "annotations": ("metadata.annotations", []), "labels": ("metadata.labels", "x"),
+    "volumes": ("spec.volumes", {}), "node_selector": ("spec.nodeSelector", []),
+    "affinity": ("spec.affinity", []), "tolerations": ("spec.tolerations", {}),
+    "node_name": ("spec.nodeName", 1), "scheduler_name": ("spec.schedulerName", True),
+    "runtime_class_name": ("spec.runtimeClassName", {}), "resource_claims": ("spec.resourceClaims", "x"),
+    "overhead": ("spec.overhead", []), "scheduling_gates": ("spec.schedulingGates", {}),
+}
+CONTAINER_FIELDS: dict[str, tuple[str, Any]] = {
+    "name": ("name", 1), "image": ("image", []), "restart_policy": ("restartPolicy", {}),
+    "limits": ("resources.limits", []), "requests": ("resources.requests", "x"), "env": ("env", {}),
+    "env_from": ("envFrom", "x"), "volume_mounts": ("volumeMounts", {}),
+    "privileged": ("securityContext.privileged", "true"),
+}
+_NOT_READ_FROM_ONE_FIELD = {"raw", "containers", "kind", "index", "claims"}  # claims: type-tested as read
+
+
+def _set(raw: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        raw = raw.setdefault(part, {})
+    raw[last] = value
+
+
+def test_every_field_of_the_view_is_type_checked_before_the_view_is_built_without_type_tests() -> None:
+    from dataclasses import fields
+
+    from webhook.core.podspec.view import ContainerView
+
+    assert {f.name for f in fields(PodView)} - _NOT_READ_FROM_ONE_FIELD == POD_FIELDS.keys()
+    assert {f.name for f in fields(ContainerView)} - _NOT_READ_FROM_ONE_FIELD == CONTAINER_FIELDS.keys()
+    cases = [(path, wrong) for path, wrong in POD_FIELDS.values()]
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        cases += [(f"spec.{kind}.0.{path}", wrong) for path, wrong in CONTAINER_FIELDS.values()]
+    for path, wrong in cases:
+        raw = pod({"nvidia.com/gpu": "1"})
+        raw["spec"].setdefault("initContainers", [{"name": "init"}])
+        raw["spec"].setdefault("ephemeralContainers", [{"name": "debug"}])
+        if ".0." in path:
+            before, after = path.split(".0.")
+            container: dict[str, Any] = raw["spec"][before.removeprefix("spec.")][0]
+            _set(container, after, wrong)
+            shown = f"{before}[0].{after}"
+        else:
+            _set(raw, path, wrong)
+            shown = path
+        read = podshape.read_pod(raw)
+        assert isinstance(read, str) and read.startswith(shown + ":"), (path, read)
+
+
+def test_a_container_s_claims_of_the_wrong_type_read_as_none_in_either_builder() -> None:
+    raw = pod({"nvidia.com/gpu": "1"})
+    raw["spec"]["containers"][0]["resources"]["claims"] = "gpu"
+    read = podshape.read_pod(raw)
+    assert isinstance(read, PodView) and read.containers[0].claims == () == view_of(raw).containers[0].claims
+    raw["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    read = podshape.read_pod(raw)
+    assert isinstance(read, PodView) and read.containers[0].claims == ({"name": "gpu"},)

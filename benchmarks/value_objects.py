@@ -44,10 +44,11 @@ def main() -> int:
 
     from admission_load import review_bodies
 
+    from webhook.core.domain.podview import ContainerView, PodView
     from webhook.core.domain.request import PodRequest
     from webhook.core.placement.nodeconstraints import NodeConstraints, Toleration
     from webhook.core.podspec import resources
-    from webhook.core.podspec.view import ContainerView, PodView, checked_view
+    from webhook.core.podspec.view import checked_view
 
     pod = review_bodies()[0]["request"]["object"]
     view = checked_view(pod)

@@ -13,10 +13,11 @@ import yaml
 from builders import H100, node, pod, snapshot
 
 from webhook.core.admission import admit
+from webhook.core.domain.podview import PodView
 from webhook.core.podspec import podshape
 from webhook.core.podspec import view as views
 from webhook.core.podspec.resources import parse_pod
-from webhook.core.podspec.view import PodView, view_for, view_of
+from webhook.core.podspec.view import view_for, view_of
 from webhook.core.policy.model import Policy
 
 SNAP = snapshot(node("n1", H100, 8))
@@ -230,7 +231,7 @@ def _set(raw: dict[str, Any], path: str, value: Any) -> None:
 def test_every_field_of_the_view_is_type_checked_before_the_view_is_built_without_type_tests() -> None:
     from dataclasses import fields
 
-    from webhook.core.podspec.view import ContainerView
+    from webhook.core.domain.podview import ContainerView
 
     assert {f.name for f in fields(PodView)} - _NOT_READ_FROM_ONE_FIELD == POD_FIELDS.keys()
     assert {f.name for f in fields(ContainerView)} - _NOT_READ_FROM_ONE_FIELD == CONTAINER_FIELDS.keys()

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.model import Allocation, Claim, DeviceAsk, Node, Snapshot, TopologyClass, Usage
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.accelerators import looks_like_gpu
@@ -38,7 +39,7 @@ from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.quantity import QuantityError, parse_quantity
 from webhook.core.podspec.vendor_table import MAX_GPUS
-from webhook.core.podspec.view import PodView, view_for
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import DRA_DEVICE_CLASSES, Policy
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")

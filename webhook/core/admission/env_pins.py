@@ -21,12 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Allocation, Snapshot
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.placement.nodeconstraints import CORDONED, constraints_of, tolerations_of
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import DEVICE_SELECTING, ENV_FROM_PINS, ISOLATION_ENV, ISOLATION_PREFIXES
 from webhook.core.podspec.patch import pointer
-from webhook.core.podspec.view import PodView, as_view, view_for
+from webhook.core.podspec.view import as_view, view_for
 
 Target = tuple[str, int]  # (containers | initContainers, index)
 SM_DEVICE = "CUDA_DEVICE_SM_LIMIT_"

@@ -20,11 +20,12 @@ from typing import Any
 
 from webhook.core.domain.decision import warning
 from webhook.core.domain.model import Allocation, Snapshot
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import list_of, mapping_of
 from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, ISOLATION_ENV, ISOLATION_PREFIXES, is_isolation_env
-from webhook.core.podspec.view import PodView, view_for
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 
 from . import env_pins

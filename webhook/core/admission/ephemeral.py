@@ -11,13 +11,14 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
 from webhook.core.domain.model import Snapshot
+from webhook.core.domain.podview import ContainerView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.podspec.envvars import is_bypass_entry
 from webhook.core.podspec.fastpath import is_gpu_pod
 from webhook.core.podspec.limits import GPU_POD_ONLY_ENV, NO_DEVICES
 from webhook.core.podspec.podshape import read_pod
 from webhook.core.podspec.vendor_table import is_gpu_resource
-from webhook.core.podspec.view import ContainerView, view_of
+from webhook.core.podspec.view import view_of
 from webhook.core.policy.model import Policy
 
 from .envfrom import env_from, named

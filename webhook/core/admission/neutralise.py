@@ -14,10 +14,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, denied, patched
+from webhook.core.domain.podview import ContainerView, PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.limits import NO_DEVICES
 from webhook.core.podspec.patch import pointer
-from webhook.core.podspec.view import ContainerView, PodView, as_view, view_for
+from webhook.core.podspec.view import as_view, view_for
 
 from .envfrom import named
 

@@ -13,10 +13,11 @@ from typing import Any
 
 from webhook.core.domain.decision import Decision, warning
 from webhook.core.domain.model import Snapshot
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.limits import NO_DEVICES
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
-from webhook.core.podspec.view import PodView, as_view, view_for
+from webhook.core.podspec.view import as_view, view_for
 from webhook.core.policy.model import Policy
 
 from .envfrom import env_from, named

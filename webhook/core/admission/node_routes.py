@@ -17,10 +17,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.core.domain.model import Snapshot
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import list_of, mapping_of
-from webhook.core.podspec.view import PodView, view_for
+from webhook.core.podspec.view import view_for
 
 DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -11,6 +11,7 @@ from typing import Any
 from webhook.core.domain.decision import Decision, allowed, denied, refused, warning
 from webhook.core.domain.model import Allocation, Snapshot
 from webhook.core.domain.names import GPU_PRODUCT_LABEL
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec import patch as patches
 from webhook.core.podspec.accelerators import foreign_accelerators
@@ -19,7 +20,7 @@ from webhook.core.podspec.limits import is_limit_env, is_sm_device_env, limit_en
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed
 from webhook.core.podspec.resources import parse_pod
 from webhook.core.podspec.vendor_table import enforced_backend, kept_for_scheduler
-from webhook.core.podspec.view import PodView, view_for
+from webhook.core.podspec.view import view_for
 from webhook.core.policy.model import Policy
 
 from . import dra, node_routes, trust

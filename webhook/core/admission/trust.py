@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.domain.decision import Decision, allowed, denied
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import is_mapping, list_of, mapping_of
 from webhook.core.podspec.record import ANNOTATION, RecordKey, Sealed, read_sealed, shape_of
-from webhook.core.podspec.view import PodView, view_for
+from webhook.core.podspec.view import view_for
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 

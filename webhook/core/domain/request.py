@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .podview import PodView
 from .refusal import Refusal
 
 
@@ -87,10 +88,10 @@ class PodRequest:
     # request: parsed before a server's plan lock, found parsed under it. Made on first use (a request
     # built by copying another's fields starts with none); copies share it while `raw` is the same.
     derived: dict[Any, Any] | None = field(default=None, init=False, compare=False, repr=False)
-    # The pod read once (`podspec.view.PodView`, made by `parse_pod`), for the rules to read instead of
-    # `raw`; None when the request was made otherwise. Always a view of `raw`: a copy given another raw
-    # pod drops it (`podspec.view.view_for` makes one when it is missing).
-    view: object | None = field(default=None, compare=False, repr=False)
+    # The pod read once (made by `podspec.podshape.read_pod` or `parse_pod`), for the rules to read
+    # instead of `raw`; None when the request was made otherwise. Always a view of `raw`: a copy given
+    # another raw pod drops it (`podspec.view.view_for` makes one when it is missing).
+    view: PodView | None = field(default=None, compare=False, repr=False)
 
     def evolve(self, **changes: Any) -> PodRequest:
         """`dataclasses.replace` without re-running `__init__`, which checks nothing here: a request is

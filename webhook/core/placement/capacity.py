@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.core.domain.model import Allocation, Gpu, Node, ScalePool
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.request import PodRequest
 from webhook.core.placement.nodeconstraints import NodeConstraints, Term, parse_int64
 from webhook.core.podspec.vendor_table import COUNT_RESOURCES
-from webhook.core.podspec.view import PodView, labels_and_annotations
+from webhook.core.podspec.view import labels_and_annotations
 
 # Pods consuming a ProvisioningRequest: cluster-autoscaler's keys (current and the earlier ones that Kueue
 # and GKE still write). Such a pod waits for the node the request provisions.

@@ -27,10 +27,11 @@ from typing import Any, NamedTuple
 
 from webhook.core.domain.model import Placement, Snapshot
 from webhook.core.domain.names import GROUP_TOPOLOGY_ANNOTATION
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import PodRequest
 from webhook.core.podspec.coerce import mapping_of
-from webhook.core.podspec.view import PodView, labels_and_annotations, view_for
+from webhook.core.podspec.view import labels_and_annotations, view_for
 from webhook.core.policy.model import GROUP_MODES, Policy
 
 from .context import PlacementContext

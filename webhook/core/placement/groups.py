@@ -46,9 +46,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.domain.names import GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION
+from webhook.core.domain.podview import PodView
 from webhook.core.podspec import workload
 from webhook.core.podspec.coerce import mapping_of
-from webhook.core.podspec.view import PodView, labels_and_annotations
+from webhook.core.podspec.view import labels_and_annotations
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
 from webhook.core.domain.model import Node, Taint
-from webhook.core.podspec.view import PodView, as_view
+from webhook.core.domain.podview import PodView
+from webhook.core.podspec.view import as_view
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule only scores
 CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")

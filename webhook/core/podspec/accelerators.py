@@ -8,9 +8,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
+from webhook.core.domain.podview import PodView
+
 from .coerce import containers_of, mapping_of
 from .vendor_table import classify_resource
-from .view import PodView
 
 _ACCELERATOR_WORDS = ("gpu", "mlu", "dcu", "npu", "tpu", "xpu", "gcu", "hpu", "fpga", "ascend", "neuron", "gaudi",
                       "accelerator")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from webhook.core.domain.podview import ContainerView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import ContainerRequest, GpuRequest
 
@@ -16,7 +17,6 @@ from .envvars import is_bypass_entry, is_limit_env, limit_env_of
 from .limits import WIDENING_HINTS, is_pin
 from .quantity import QuantityError, cpu_milli, memory_mib, parse_quantity
 from .vendor_table import ADVERTISED_BY_NAME, MAX_GPU_MEMORY_MIB, MAX_GPUS, classify_resource, device_kind, mig_profile
-from .view import ContainerView
 
 MAX_WARNINGS = 10
 _FIELD_NAMES = {"count": "GPU count", "memory": "memory", "memory_pct": "memory percentage", "cores": "cores",

@@ -18,6 +18,7 @@ from typing import Any
 
 from webhook.core.domain.model import Allocation
 from webhook.core.domain.names import MANAGED_LABEL
+from webhook.core.domain.podview import ContainerView, PodView, absent
 from webhook.core.domain.request import ContainerRequest, PodRequest
 
 from .coerce import is_mapping
@@ -25,7 +26,7 @@ from .coerce import mapping_of as _map
 from .limits import limit_env
 from .record import ANNOTATION, allocation_to_json
 from .vendor_table import classify_resource, count_name_of, kept_for_scheduler
-from .view import ContainerView, PodView, absent, view_of
+from .view import view_of
 
 _NO_CONTAINER = view_of({"spec": {"containers": [{}]}}).containers[0]  # what a request names but the pod lacks
 

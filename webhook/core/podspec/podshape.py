@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from .view import PodView, checked_view, view_of
+from webhook.core.domain.podview import PodView
+
+from .view import checked_view, view_of
 
 # A check returns None, or (the path below the value, what was expected): the path is only built for
 # an error, since every admission runs these on a valid pod (a field name is not formatted per field).

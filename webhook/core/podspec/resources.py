@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from webhook.core.domain.names import ALLOCATION, PLACEMENT, PLACEMENT_POLICIES, TOPOLOGY
+from webhook.core.domain.podview import PodView
 from webhook.core.domain.refusal import Refusal
 from webhook.core.domain.request import ContainerRequest, GpuRequest, PodRequest, TopologyPreference
 from webhook.core.domain.vendor_quota import device_resource
@@ -116,7 +117,7 @@ def _choice(
     return text
 
 
-def _pod_level(containers: list[ContainerRequest], view: views.PodView, notes: Notes) -> dict[str, Any]:
+def _pod_level(containers: list[ContainerRequest], view: PodView, notes: Notes) -> dict[str, Any]:
     """GPUs, per-GPU demand and host resources of the pod; init containers counted as Kubernetes does.
     One pass over the containers for the usual pod; the init-container arithmetic only when there are some."""
     gpus = cpu = memory = 0
@@ -181,7 +182,7 @@ def _mig_of(containers: list[ContainerRequest], notes: Notes) -> str:
     return next(iter(kinds)) if len(kinds) == 1 else ""
 
 
-def _containers(view: views.PodView, notes: Notes) -> tuple[list[ContainerRequest], list[Refusal], bool]:
+def _containers(view: PodView, notes: Notes) -> tuple[list[ContainerRequest], list[Refusal], bool]:
     """The pod's containers (app, then init), the isolation findings that apply to a GPU pod, and whether
     a container or an annotation makes it one (is_gpu_pod's definition, collected while parsing)."""
     annotations = view.annotations
@@ -231,7 +232,7 @@ def _kai_share(containers: list[ContainerRequest], annotations: Mapping[str, Any
         )
 
 
-def _isolation(view: views.PodView, findings: list[Refusal], gpu_pod: bool, notes: Notes) -> bool:
+def _isolation(view: PodView, findings: list[Refusal], gpu_pod: bool, notes: Notes) -> bool:
     """Device hostPath volumes make a GPU pod; a GPU pod's findings and such volumes are denied."""
     host_paths: list[str] = []
     for volume in view.volumes:
@@ -272,11 +273,11 @@ _BLANK_REQUEST = PodRequest(namespace="", name="")
 _FIELD_COUNT = len(_BLANK_REQUEST.__dict__)
 
 
-def parse_pod(pod: Mapping[str, Any] | views.PodView, namespace: str | None = None) -> PodRequest:
+def parse_pod(pod: Mapping[str, Any] | PodView, namespace: str | None = None) -> PodRequest:
     """A pod (or pod template with metadata), or its view -> PodRequest. Never raises; problems become
     violations."""
     notes = Notes()
-    if isinstance(pod, views.PodView):
+    if isinstance(pod, PodView):
         view = pod
     else:
         if not is_mapping(pod):

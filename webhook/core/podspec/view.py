@@ -1,4 +1,5 @@
-"""A pod read once into typed fields: `PodView`, with a `ContainerView` for each of its containers.
+"""A pod read once into typed fields: the domain's `PodView` (`domain/podview.py`), a `ContainerView` for
+each of its containers.
 
 An admission reads the pod once, in `podshape.read_pod`: when its quick type test finds every field the
 webhook reads of exactly its JSON type, `checked_view` builds the view without testing types again;
@@ -14,92 +15,12 @@ replaces a whole field, so a patch builder copies what it leaves alone from ther
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
+from webhook.core.domain.podview import CONTAINER_KINDS, EMPTY, NONE, ContainerView, PodView
 from webhook.core.domain.request import PodRequest
 
 from .coerce import mapping_of
-
-CONTAINER_KINDS = ("containers", "initContainers", "ephemeralContainers")
-_NONE: tuple[Any, ...] = ()
-_EMPTY: Mapping[str, Any] = MappingProxyType({})  # shared by every absent mapping field: read-only
-
-
-# Read-only by convention, not frozen: a frozen dataclass sets each field through object.__setattr__,
-# which made building the view cost more (about 5 us a pod) than the walks it saves.
-@dataclass(slots=True)
-class ContainerView:
-    """One container of the pod: its kind ("containers", "initContainers", "ephemeralContainers"), its
-    index in that list, the fields the rules read, the raw container and its JSON-patch path."""
-
-    kind: str
-    index: int
-    name: str  # "" when it has none
-    image: str
-    restart_policy: str  # "Always" makes an init container a sidecar
-    limits: Mapping[str, Any]
-    requests: Mapping[str, Any]
-    env: tuple[Mapping[str, Any], ...]
-    env_from: tuple[Mapping[str, Any], ...]
-    volume_mounts: tuple[Mapping[str, Any], ...]
-    privileged: bool
-    claims: tuple[Mapping[str, Any], ...]  # resources.claims: DRA claims the container uses
-    raw: Mapping[str, Any]
-
-    @property
-    def path(self) -> str:
-        """The container's JSON pointer, "/spec/containers/0"."""
-        return f"/spec/{self.kind}/{self.index}"
-
-
-@dataclass(slots=True)
-class PodView:
-    """The pod's fields the rules read. `containers` holds every container in the order the kubelet
-    knows them (app, init, ephemeral); `app`, `init` and `ephemeral` are the same views by kind."""
-
-    raw: Mapping[str, Any]  # for patch paths only
-    name: str  # metadata.name, else generateName, else ""
-    namespace: str
-    uid: str
-    annotations: Mapping[str, Any]
-    labels: Mapping[str, Any]
-    containers: tuple[ContainerView, ...]
-    volumes: tuple[Mapping[str, Any], ...]
-    node_selector: Mapping[str, Any]
-    affinity: Mapping[str, Any]
-    tolerations: tuple[Mapping[str, Any], ...]
-    node_name: str
-    scheduler_name: str  # "" when the pod names none
-    runtime_class_name: str
-    resource_claims: tuple[Mapping[str, Any], ...]
-    overhead: Mapping[str, Any]
-    scheduling_gates: tuple[Mapping[str, Any], ...]
-
-    @property
-    def app(self) -> tuple[ContainerView, ...]:
-        return tuple(c for c in self.containers if c.kind == "containers")
-
-    @property
-    def init(self) -> tuple[ContainerView, ...]:
-        return tuple(c for c in self.containers if c.kind == "initContainers")
-
-    @property
-    def ephemeral(self) -> tuple[ContainerView, ...]:
-        return tuple(c for c in self.containers if c.kind == "ephemeralContainers")
-
-    def of_kind(self, *kinds: str) -> tuple[ContainerView, ...]:
-        return tuple(c for c in self.containers if c.kind in kinds)
-
-    def container(self, kind: str, index: int) -> ContainerView | None:
-        """The container at `index` of the list `kind`, None when the list is shorter."""
-        containers = self.containers
-        if index < len(containers):  # app containers come first: one of them is where its index says
-            found = containers[index]
-            if found.index == index and found.kind == kind:
-                return found
-        return next((c for c in containers if c.index == index and c.kind == kind), None)
 
 
 def _text(value: object) -> str:
@@ -112,13 +33,13 @@ def _map(value: Any) -> Mapping[str, Any]:
     """A mapping field, or one shared empty mapping (never written) when absent or of another type."""
     if type(value) is dict:
         return value
-    return value if value is not None and isinstance(value, Mapping) else _EMPTY
+    return value if value is not None and isinstance(value, Mapping) else EMPTY
 
 
 def _entries(value: object) -> tuple[Mapping[str, Any], ...]:
     """A list of mappings as a tuple; an entry of another type is left out (the shape check refuses it)."""
     if not value or not isinstance(value, list):
-        return _NONE
+        return NONE
     entries = tuple(value)
     for entry in entries:
         if type(entry) is not dict:
@@ -134,8 +55,8 @@ def _container(kind: str, index: int, raw: Mapping[str, Any]) -> ContainerView:
         limits, requests = _map(resources.get("limits")), _map(resources.get("requests"))
         claims = _entries(resources.get("claims"))
     else:
-        limits = requests = _EMPTY
-        claims = _NONE
+        limits = requests = EMPTY
+        claims = NONE
     security = get("securityContext")
     privileged = bool(security) and _map(security).get("privileged") is True
     return ContainerView(kind, index, _text(get("name")), _text(get("image")), _text(get("restartPolicy")),
@@ -149,34 +70,30 @@ def _checked_container(kind: str, index: int, raw: dict[str, Any]) -> ContainerV
     get = raw.get
     resources = get("resources")
     if resources:
-        limits, requests = resources.get("limits") or _EMPTY, resources.get("requests") or _EMPTY
+        limits, requests = resources.get("limits") or EMPTY, resources.get("requests") or EMPTY
         claims = _entries(resources.get("claims"))  # not in the shape check: its type is tested here
     else:
-        limits = requests = _EMPTY
-        claims = _NONE
+        limits = requests = EMPTY
+        claims = NONE
     security = get("securityContext")
     privileged = security is not None and security.get("privileged") is True
     env, env_from, mounts = get("env"), get("envFrom"), get("volumeMounts")
     return ContainerView(kind, index, get("name") or "", get("image") or "", get("restartPolicy") or "",
-                         limits, requests, tuple(env) if env else _NONE, tuple(env_from) if env_from else _NONE,
-                         tuple(mounts) if mounts else _NONE, privileged, claims, raw)
+                         limits, requests, tuple(env) if env else NONE, tuple(env_from) if env_from else NONE,
+                         tuple(mounts) if mounts else NONE, privileged, claims, raw)
 
 
 def _given(value: dict[str, Any] | None) -> Mapping[str, Any]:
     """A mapping field of a checked pod: an empty one stays itself, so that `absent` tells it from none."""
-    return _EMPTY if value is None else value
+    return EMPTY if value is None else value
 
 
-def absent(field: Mapping[str, Any]) -> bool:
-    """True when a mapping field of a view was not in the pod (or not a mapping): a patch then adds the
-    whole field, where it adds single keys to one that is there, even empty."""
-    return field is _EMPTY
 
 
 def checked_view(pod: dict[str, Any]) -> PodView:
     """The view of a pod whose every field read here has exactly its JSON type (podshape.read_pod calls
     this once its quick test passed): the same view as `view_of`, without testing each field's type."""
-    metadata, spec = pod.get("metadata") or _EMPTY, pod.get("spec") or _EMPTY
+    metadata, spec = pod.get("metadata") or EMPTY, pod.get("spec") or EMPTY
     get = spec.get
     containers: list[ContainerView] = []
     for kind in CONTAINER_KINDS:
@@ -189,10 +106,10 @@ def checked_view(pod: dict[str, Any]) -> PodView:
     return PodView(
         pod, meta("name") or meta("generateName") or "", meta("namespace") or "", meta("uid") or "",
         _given(meta("annotations")), _given(meta("labels")), tuple(containers),
-        tuple(volumes) if volumes else _NONE, get("nodeSelector") or _EMPTY, get("affinity") or _EMPTY,
-        tuple(tolerations) if tolerations else _NONE, get("nodeName") or "", get("schedulerName") or "",
-        get("runtimeClassName") or "", tuple(claims) if claims else _NONE, get("overhead") or _EMPTY,
-        tuple(gates) if gates else _NONE,
+        tuple(volumes) if volumes else NONE, get("nodeSelector") or EMPTY, get("affinity") or EMPTY,
+        tuple(tolerations) if tolerations else NONE, get("nodeName") or "", get("schedulerName") or "",
+        get("runtimeClassName") or "", tuple(claims) if claims else NONE, get("overhead") or EMPTY,
+        tuple(gates) if gates else NONE,
     )
 
 
@@ -229,7 +146,7 @@ def view_for(request: PodRequest, pod: Mapping[str, Any] | PodView | None = None
         pod = request.raw
     elif isinstance(pod, PodView):
         return pod
-    if type(kept) is PodView and kept.raw is pod:  # parse_pod keeps the view it read the request from
+    if kept is not None and kept.raw is pod:  # parse_pod keeps the view it read the request from
         return kept
     return view_of(pod)
 
@@ -248,5 +165,4 @@ def as_view(pod: Mapping[str, Any] | PodView) -> PodView:
     return pod if isinstance(pod, PodView) else view_of(pod)
 
 
-__all__ = ["CONTAINER_KINDS", "EMPTY_POD", "ContainerView", "PodView", "absent", "as_view", "checked_view",
-           "labels_and_annotations", "view_for", "view_of"]
+__all__ = ["EMPTY_POD", "as_view", "checked_view", "labels_and_annotations", "view_for", "view_of"]

@@ -20,7 +20,7 @@ from webhook.core.domain.vendor_quota import device_resource
 from . import view as views
 from .coerce import is_mapping, mapping_of
 from .container import MAX_WARNINGS, Notes, host_value, parse_container
-from .dialects import HAMI_NODE_POLICY, HAMI_NUMA_BIND, HAMI_POLICIES, gpu_policy, numa_bind
+from .dialects import HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NUMA_BIND, HAMI_POLICIES, gpu_policy, numa_bind
 from .envvars import is_bypass_env, is_limit_env, limit_env_of
 from .fastpath import GPU_REQUEST_ANNOTATIONS, is_gpu_pod
 from .hostpaths import is_device_hostpath
@@ -236,7 +236,10 @@ def _isolation(view: PodView, findings: list[Refusal], gpu_pod: bool, notes: Not
     """Device hostPath volumes make a GPU pod; a GPU pod's findings and such volumes are denied."""
     host_paths: list[str] = []
     for volume in view.volumes:
-        path = mapping_of(volume.get("hostPath")).get("path")
+        host_path = volume.get("hostPath")
+        if not host_path:  # most volumes: a Secret, a ConfigMap, an emptyDir
+            continue
+        path = mapping_of(host_path).get("path")
         if is_device_hostpath(path):
             host_paths.append(str(path))
     gpu_pod = gpu_pod or bool(host_paths)
@@ -252,6 +255,12 @@ def _isolation(view: PodView, findings: list[Refusal], gpu_pod: bool, notes: Not
 
 def _scheduling(annotations: Mapping[str, Any], vendor: str, notes: Notes) -> dict[str, Any]:
     """The PodRequest fields read from scheduling annotations: ours, then HAMi's."""
+    if _SCHEDULING_KEYS.isdisjoint(annotations):  # the usual pod: the fields of no annotation, made once
+        return _NO_SCHEDULING
+    return _read_scheduling(annotations, vendor, notes)
+
+
+def _read_scheduling(annotations: Mapping[str, Any], vendor: str, notes: Notes) -> dict[str, Any]:
     include, exclude, uuids_in, uuids_out = _selectors(annotations, vendor)
     placement = _choice(annotations, PLACEMENT, PLACEMENT_POLICIES, notes)
     if placement is None:
@@ -265,6 +274,10 @@ def _scheduling(annotations: Mapping[str, Any], vendor: str, notes: Notes) -> di
         "uuids_exclude": uuids_out, "placement": placement, "gpu_placement": hami.placement,
         "topology": TopologyPreference(topology_name) if topology_name else hami.topology,
     }
+
+
+_SCHEDULING_KEYS = frozenset({*_SELECTOR_KEYS, PLACEMENT, HAMI_NODE_POLICY, TOPOLOGY, HAMI_GPU_POLICY})
+_NO_SCHEDULING = _read_scheduling({}, "", Notes())  # read only (the caller copies it)
 
 
 # Requests are made from a copy of this one's fields (see parse_pod): a frozen dataclass's __init__

@@ -111,6 +111,15 @@ def cluster_objects(quota_gpus: int | None = None) -> list[dict[str, Any]]:
     return objects
 
 
+def review_answer(client: FlaskClient, endpoint: str, request: dict[str, Any]) -> dict[str, Any]:
+    """`request` POSTed to `endpoint` as an AdmissionReview; the response, which must come with 200."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    response = client.post(endpoint, data=json.dumps(review), content_type="application/json")
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.get_json()["response"]
+    return answer
+
+
 def live_app() -> tuple[FlaskClient, StaticSource]:
     """A fresh server with the real core over `cluster_objects()` (the fixtures' namespaces opted in),
     and its source, to read the reservations it made."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from server_support import cluster_objects
+from server_support import cluster_objects, review_answer
 
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import InProcessStore, Ledger
@@ -82,11 +82,7 @@ class Rig:
         return threading.get_ident() in self.holders
 
     def post(self, endpoint: str, request: dict[str, Any]) -> dict[str, Any]:
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-        response = self.client.post(endpoint, data=json.dumps(review), content_type="application/json")
-        assert response.status_code == 200
-        answer: dict[str, Any] = response.get_json()["response"]
-        return answer
+        return review_answer(self.client, endpoint, request)
 
     def create(self, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The pod through /mutate, then (patched) through /validate: both answers."""

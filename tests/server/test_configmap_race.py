@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 from kubernetes.client.exceptions import ApiException
 from ledger_support import FakeConfigMaps
-from server_support import cluster_objects
+from server_support import cluster_objects, review_answer
 
 from webhook.cluster.cache import KINDS, ClusterCache
 from webhook.cluster.reservations import ApiStore, InProcessStore, Ledger, Reservation, ReservationStore
@@ -78,11 +78,7 @@ class Server:
                                               policy=PolicyHolder(None, loader=lambda _path: Policy()))).test_client()
 
     def post(self, endpoint: str, request: dict[str, Any]) -> dict[str, Any]:
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-        response = self.client.post(endpoint, data=json.dumps(review), content_type="application/json")
-        assert response.status_code == 200
-        answer: dict[str, Any] = response.get_json()["response"]
-        return answer
+        return review_answer(self.client, endpoint, request)
 
     def create(self, pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """The pod through /mutate, then (patched) through /validate, as the API server sends it; returns

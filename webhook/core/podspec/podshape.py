@@ -239,10 +239,10 @@ def read_pod(pod: object) -> PodView | str:
     an admission reads the pod's fields and their types."""
     if type(pod) is dict and _POD_QUICK(pod):  # the usual pod: exactly the JSON types wanted
         return checked_view(pod)
-    malformed = shape_error(pod)
+    malformed = _field_error(pod)
     if malformed is not None:
         return malformed
-    assert isinstance(pod, Mapping)  # shape_error refuses anything else
+    assert isinstance(pod, Mapping)  # _field_error refuses anything else
     return view_of(pod)
 
 
@@ -250,6 +250,11 @@ def shape_error(pod: object) -> str | None:
     """The first field of the pod whose type is wrong, with what was expected; None when all are right."""
     if type(pod) is dict and _POD_QUICK(pod):  # the usual pod
         return None
+    return _field_error(pod)
+
+
+def _field_error(pod: object) -> str | None:
+    """`shape_error` field by field, for a pod the quick test was unsure of."""
     if not isinstance(pod, Mapping):
         return f"the object is not a pod: expected a mapping, got {_kind(pod)}"
     found = _POD_CHECK(pod)
